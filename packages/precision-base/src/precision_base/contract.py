@@ -1,0 +1,186 @@
+"""What every precision plugin is and what it declares.
+
+A plugin distribution publishes two things:
+
+* a :class:`PluginInfo` object, the value of its entry point in the ``precision_base.plugins`` group. It is
+  plain data, cheap to import (no torch, Lightning or DeepSpeed), so that listing plugins stays fast;
+* a plugin class, named by ``PluginInfo.plugin_class``, that derives from both a Lightning
+  ``lightning.pytorch.plugins.precision.Precision`` and :class:`PrecisionPlugin` below. Its constructor takes
+  the canonical precision as first argument, and any further options by keyword.
+
+The contract carries a version (:data:`CONTRACT_VERSION`). A plugin whose info declares another major
+version is refused with :class:`~precision_base.errors.ContractVersionError` before its code is imported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+
+from precision_base.errors import InvalidPluginInfoError
+from precision_base.spec import PRECISIONS
+
+if TYPE_CHECKING:
+    import torch
+    from lightning.pytorch.strategies import Strategy
+
+CONTRACT_VERSION: int = 1
+"""The version of this contract. A plugin declaring another version is refused."""
+
+_BACKEND_RE = re.compile(r"[a-z][a-z0-9_-]*\Z")
+_OBJECT_REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """The cheap description of one backend, published as an entry point.
+
+    Attributes:
+        backend: the name users type before the colon, e.g. ``"fsdp"``; must equal the entry point's name.
+        precisions: the canonical precisions the plugin offers.
+        plugin_class: ``"module:QualName"`` of the plugin class; imported only when the plugin is resolved.
+        strategy: a human-readable name of the Lightning strategy the plugin pairs with.
+        requires: PEP 508 requirement strings checked before the plugin's code is imported,
+            e.g. ``("deepspeed>=0.14",)``.
+        contract_version: the :data:`CONTRACT_VERSION` the plugin was built for.
+        summary: one line for ``precision-plugins list``.
+    """
+
+    backend: str
+    precisions: tuple[str, ...]
+    plugin_class: str
+    strategy: str = ""
+    requires: tuple[str, ...] = ()
+    contract_version: int = CONTRACT_VERSION
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        problems = _info_problems(self)
+        if problems:
+            raise InvalidPluginInfoError("invalid PluginInfo: " + "; ".join(problems))
+
+
+def _info_problems(info: PluginInfo) -> list[str]:
+    problems: list[str] = []
+    if not isinstance(info.backend, str) or not _BACKEND_RE.match(info.backend):
+        problems.append(f"backend must be a lowercase name matching [a-z][a-z0-9_-]*, got {info.backend!r}")
+    if not isinstance(info.precisions, tuple) or not info.precisions:
+        problems.append(f"precisions must be a non-empty tuple, got {info.precisions!r}")
+    else:
+        unknown = [p for p in info.precisions if p not in PRECISIONS]
+        if unknown:
+            problems.append(f"precisions {unknown!r} are not canonical; use names from {PRECISIONS}")
+    if not isinstance(info.plugin_class, str) or not _OBJECT_REF_RE.match(info.plugin_class):
+        problems.append(f"plugin_class must look like 'package.module:ClassName', got {info.plugin_class!r}")
+    if not isinstance(info.requires, tuple) or not all(isinstance(r, str) for r in info.requires):
+        problems.append(f"requires must be a tuple of requirement strings, got {info.requires!r}")
+    if not isinstance(info.contract_version, int) or isinstance(info.contract_version, bool):
+        problems.append(f"contract_version must be an int, got {info.contract_version!r}")
+    for name in ("strategy", "summary"):
+        if not isinstance(getattr(info, name), str):
+            problems.append(f"{name} must be a string")
+    return problems
+
+
+@dataclass(frozen=True)
+class DtypeTable:
+    """The dtype of each thing a precision plugin governs, as torch dtype names (``"bfloat16"``...).
+
+    Attributes:
+        parameters: dtype in which parameters are stored (the sharded/master copy the optimizer updates).
+        compute: dtype in which the forward and backward matmuls run.
+        reduction: dtype in which gradients are reduced across ranks.
+        buffers: dtype of module buffers during compute.
+        inputs: dtype floating-point inputs are cast to by ``convert_input``.
+        init: dtype of floating tensors created under ``module_init_context`` / ``tensor_init_context``, and of
+            parameters after ``convert_module`` (before the strategy wraps the module).
+        autocast: dtype ``forward_context`` enables ``torch.autocast`` with, or ``None`` if it does not.
+        notes: free-form remarks shown by ``precision-plugins show``.
+    """
+
+    parameters: str
+    compute: str
+    reduction: str
+    buffers: str
+    inputs: str
+    init: str
+    autocast: Optional[str] = None
+    notes: tuple[str, ...] = field(default=())
+
+    def rows(self) -> list[tuple[str, str]]:
+        """``(role, dtype)`` pairs in display order."""
+        return [
+            (f.name, "-" if getattr(self, f.name) is None else str(getattr(self, f.name)))
+            for f in fields(self)
+            if f.name != "notes"
+        ]
+
+
+def _device_of(model: Any) -> Any:
+    """The device a module computes on, or ``None`` if it has no parameters or sits on the meta device."""
+    device = None
+    try:
+        device = next(iter(model.parameters())).device
+    except (AttributeError, StopIteration, TypeError):
+        device = getattr(model, "device", None)
+    if device is None or getattr(device, "type", None) in (None, "meta"):
+        return None
+    return device
+
+
+class PrecisionPlugin:
+    """Mixin every plugin class inherits next to Lightning's ``Precision``.
+
+    Class attributes ``backend`` and ``precisions`` must match the plugin's :class:`PluginInfo`; the
+    conformance kit checks that they do.
+    """
+
+    backend: ClassVar[str]
+    precisions: ClassVar[tuple[str, ...]]
+    contract_version: ClassVar[int] = CONTRACT_VERSION
+
+    precision: str
+
+    def bind_device(self, device: Union[str, torch.device]) -> None:
+        """Tell the plugin which device type compute runs on (autocast is enabled for it).
+
+        Plugins learn this themselves when Lightning connects them to a model; tests and custom loops call it.
+        """
+        self._device_type = device if isinstance(device, str) else device.type
+
+    @property
+    def device_type(self) -> str:
+        """The device type ``forward_context`` enables autocast for (``"cpu"`` until told otherwise)."""
+        return getattr(self, "_device_type", "cpu")
+
+    def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:
+        """Lightning's hook when the strategy hands over the model: remember its device type, then defer.
+
+        List this mixin before Lightning's ``Precision`` in the plugin's bases for this to run.
+        """
+        device = _device_of(model)
+        if device is not None:
+            self.bind_device(device)
+        return super().connect(model, optimizers, lr_schedulers)  # type: ignore[misc]
+
+    def dtypes(self) -> DtypeTable:
+        """The dtype of parameters, compute, gradient reduction, buffers and inputs under this plugin."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement dtypes()")
+
+    def describe(self) -> Mapping[str, Any]:
+        """Extra facts for ``precision-plugins show`` (e.g. a DeepSpeed config section). Empty by default."""
+        return {}
+
+    def configure_strategy(
+        self, strategy: Union[str, Strategy], *, accelerator: Any, devices: Any
+    ) -> Union[str, Strategy]:
+        """Check ``strategy`` against this plugin and return the strategy the Trainer should use.
+
+        Called by :class:`precision_base.Trainer` before Lightning sees any argument. ``strategy="auto"`` is
+        replaced by the backend's strategy where the hardware allows it; a strategy that cannot work with
+        the plugin raises :class:`~precision_base.errors.TrainerConfigurationError` saying what to pass.
+        The default accepts everything unchanged.
+        """
+        return strategy

@@ -1,0 +1,121 @@
+"""The ``"<backend>:<precision>"`` grammar: parsing, normalisation and the five precisions.
+
+Precisions are Lightning's canonical names. Lightning's short aliases map the way Lightning maps them
+(``"32"``/``32`` -> ``"32-true"``, ``"16"``/``16`` -> ``"16-mixed"``, ``"bf16"`` -> ``"bf16-mixed"``).
+``64`` is a Lightning precision but not one any precision plugin here offers, so it is rejected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Final, Literal, Union
+
+from precision_base.errors import InvalidSpecError, SpecTypeError
+
+PrecisionName = Literal["32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"]
+
+PRECISIONS: Final[tuple[str, ...]] = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
+"""The five canonical precisions, in Lightning's spelling."""
+
+ALIASES: Final[dict[Union[str, int], str]] = {
+    "32": "32-true",
+    32: "32-true",
+    "16": "16-mixed",
+    16: "16-mixed",
+    "bf16": "bf16-mixed",
+}
+"""Lightning's short spellings and the canonical name each one stands for."""
+
+MIXED_PRECISIONS: Final[tuple[str, ...]] = ("16-mixed", "bf16-mixed")
+TRUE_PRECISIONS: Final[tuple[str, ...]] = ("32-true", "16-true", "bf16-true")
+
+_BACKEND_RE: Final = re.compile(r"[a-z][a-z0-9_-]*\Z")
+
+GRAMMAR: Final[str] = (
+    'expected "<backend>:<precision>", e.g. "fsdp:bf16-mixed", where <backend> is a lowercase plugin name '
+    "([a-z][a-z0-9_-]*) and <precision> is one of " + ", ".join(PRECISIONS) + ' (or Lightning\'s aliases "32", '
+    '"16", "bf16")'
+)
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """A parsed plugin name: which backend, at which canonical precision."""
+
+    backend: str
+    precision: str
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.precision}"
+
+
+def _suggest_precision(text: str) -> str:
+    lowered = text.lower()
+    if lowered in PRECISIONS or lowered in ALIASES:
+        return f" (precisions are lowercase: did you mean {ALIASES.get(lowered, lowered)!r}?)"
+    close = difflib.get_close_matches(lowered, PRECISIONS, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def normalize_precision(value: object) -> str:
+    """Return the canonical name for a precision or one of Lightning's aliases.
+
+    Raises:
+        SpecTypeError: ``value`` is neither a string nor an int (``bool`` counts as neither).
+        InvalidSpecError: ``value`` names no precision; the message lists the valid ones.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise SpecTypeError(
+            f"precision must be a string such as 'bf16-mixed' (or Lightning's int alias 32 or 16), "
+            f"got {type(value).__name__} {value!r}"
+        )
+    key: Union[str, int] = value.strip() if isinstance(value, str) else value
+    if key in PRECISIONS:
+        return str(key)
+    if key in ALIASES:
+        return ALIASES[key]
+    hint = _suggest_precision(key) if isinstance(key, str) else ""
+    raise InvalidSpecError(
+        f"unknown precision {value!r}{hint}; valid precisions are " + ", ".join(PRECISIONS) + " and the aliases "
+        '"32", "16", "bf16", 32, 16'
+    )
+
+
+def parse_spec(spec: object) -> PluginSpec:
+    """Parse ``"<backend>:<precision>"`` into a :class:`PluginSpec`.
+
+    Whitespace around the whole string and around either part is ignored. The precision is normalised with
+    :func:`normalize_precision`.
+
+    Raises:
+        SpecTypeError: ``spec`` is not a string.
+        InvalidSpecError: ``spec`` does not follow the grammar; the message shows the grammar.
+    """
+    if not isinstance(spec, str):
+        raise SpecTypeError(
+            f'a precision plugin name must be a string like "fsdp:bf16-mixed", got {type(spec).__name__} '
+            f"{spec!r}; {GRAMMAR}"
+        )
+    text = spec.strip()
+    if not text:
+        raise InvalidSpecError(f"empty precision plugin name; {GRAMMAR}")
+    if text.count(":") != 1:
+        what = "has no ':'" if ":" not in text else f"has {text.count(':')} ':' separators, expected one"
+        raise InvalidSpecError(f"precision plugin name {spec!r} {what}; {GRAMMAR}")
+    backend, precision = (part.strip() for part in text.split(":"))
+    if not backend:
+        raise InvalidSpecError(f"precision plugin name {spec!r} has no backend before ':'; {GRAMMAR}")
+    if not precision:
+        raise InvalidSpecError(f"precision plugin name {spec!r} has no precision after ':'; {GRAMMAR}")
+    if not _BACKEND_RE.match(backend):
+        hint = ""
+        if _BACKEND_RE.match(backend.lower()):
+            hint = f" (backend names are lowercase: did you mean {backend.lower()!r}?)"
+        raise InvalidSpecError(f"invalid backend {backend!r} in {spec!r}{hint}; {GRAMMAR}")
+    try:
+        canonical = normalize_precision(precision)
+    except InvalidSpecError as exc:
+        raise InvalidSpecError(f"in {spec!r}: {exc}; {GRAMMAR}") from None
+    return PluginSpec(backend=backend, precision=canonical)

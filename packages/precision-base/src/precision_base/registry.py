@@ -117,6 +117,7 @@ class Registry:
         self._installed: Optional[dict[str, list[_Candidate]]] = None
         self._in_process: dict[str, _Candidate] = {}
         self._classes: dict[str, type] = {}
+        self._import_failures: dict[str, PluginLoadError] = {}
 
     # -- discovery -------------------------------------------------------------------------------------
     def _discover(self) -> dict[str, list[_Candidate]]:
@@ -159,14 +160,15 @@ class Registry:
             return PluginEntry(**{**base, "distribution": dists}, status="conflict", reason=str(err), error=err)
         if backend in disabled_backends():
             return PluginEntry(**base, status="disabled", reason=f"listed in {DISABLE_ENV_VAR}", info=first.info)
-        if first.error is not None:
-            return PluginEntry(**base, status="broken", reason=str(first.error), error=first.error)
+        error = first.error or self._import_failures.get(backend)
+        if error is not None:
+            return PluginEntry(**base, status="broken", reason=str(error), info=first.info, error=error)
         info = first.info
         assert info is not None
         if info.contract_version != CONTRACT_VERSION:
             err2 = self._contract_error(first, info)
             return PluginEntry(**base, status="incompatible contract", reason=str(err2), info=info, error=err2)
-        unmet = unmet_requirements(info.requires) if first.distribution != IN_PROCESS else []
+        unmet = unmet_requirements(info.requires)
         if unmet:
             err3 = PluginRequirementError(self._requirement_message(first, unmet))
             return PluginEntry(**base, status="requirement missing", reason="; ".join(unmet), info=info, error=err3)
@@ -224,7 +226,11 @@ class Registry:
             if cached is not None:
                 return cached
             candidate = self._candidates(backend)[0]
-            cls = candidate.plugin_class or self._import_class(entry)
+            try:
+                cls = candidate.plugin_class or self._import_class(entry)
+            except PluginLoadError as exc:
+                self._import_failures[backend] = exc  # later listings show it as broken
+                raise
             if not (isinstance(cls, type) and issubclass(cls, PrecisionPlugin)):
                 raise InvalidPluginInfoError(
                     f"precision plugin {backend!r} from {entry.distribution} {entry.version}: "
@@ -297,6 +303,7 @@ class Registry:
                 backend=info.backend, distribution=distribution, version=version, info=info, plugin_class=plugin_class
             )
             self._classes.pop(info.backend, None)
+            self._import_failures.pop(info.backend, None)
 
     def unregister(self, backend: str) -> None:
         """Remove an in-process registration (installed plugins cannot be unregistered)."""
@@ -305,12 +312,14 @@ class Registry:
                 raise UnknownBackendError(f"backend {backend!r} was not registered in-process")
             del self._in_process[backend]
             self._classes.pop(backend, None)
+            self._import_failures.pop(backend, None)
 
     def clear_cache(self) -> None:
         """Forget discovered entry points and imported classes; the next call discovers again."""
         with self._lock:
             self._installed = None
             self._classes.clear()
+            self._import_failures.clear()
 
 
 _default = Registry()

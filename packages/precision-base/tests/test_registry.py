@@ -116,7 +116,7 @@ def test_import_failure_names_distribution_and_chains_and_isolates() -> None:
 def test_class_that_is_not_a_precision_plugin_is_refused() -> None:
     reg = Registry(group=EMPTY_GROUP)
     reg.register(dummy_info(plugin_class="collections:OrderedDict"))
-    with pytest.raises(InvalidPluginInfoError, match="not a subclass of precision_base.PrecisionPlugin"):
+    with pytest.raises(InvalidPluginInfoError, match=r"not a subclass of precision_base\.PrecisionPlugin"):
         reg.resolve("dummy:32-true")
 
 

@@ -25,3 +25,6 @@ def dummy_registered() -> Iterator[type]:
 
     with precision_base.registered(INFO, distribution="precision-dummy", version="0.3.1"):
         yield DummyPrecision
+
+
+pytest_plugins = ["pytester"]

@@ -59,8 +59,8 @@ class PluginConformance:
             metafunc.parametrize("precision", self._declared_precisions())
 
     @pytest.fixture(autouse=True, scope="class")
-    def _in_process_registration(self) -> Iterator[None]:
-        cls = type(self)
+    @classmethod
+    def _in_process_registration(cls) -> Iterator[None]:
         if cls.plugin_info is None:
             yield
             return
@@ -72,7 +72,7 @@ class PluginConformance:
             registry.unregister(cls.plugin_info.backend)
 
     @pytest.fixture
-    def plugin_cls(self) -> type:
+    def plugin_cls(self) -> Any:
         from precision_base.registry import get_plugin_class
 
         return get_plugin_class(self.backend)
@@ -85,32 +85,35 @@ class PluginConformance:
 
     @pytest.fixture
     def table(self, plugin: Any) -> DtypeTable:
-        return plugin.dtypes()
+        table = plugin.dtypes()
+        assert isinstance(table, DtypeTable), f"dtypes() must return a DtypeTable, got {type(table).__name__}"
+        return table
 
     # -- the checks -------------------------------------------------------------------------------------
-    def test_declared_info_matches_class(self, plugin_cls: type) -> None:
+    def test_declared_info_matches_class(self, plugin_cls: Any) -> None:
         info = get_entry(self.backend).info
         assert info is not None
         assert issubclass(plugin_cls, PrecisionPlugin)
-        assert plugin_cls.backend == info.backend == self.backend  # type: ignore[attr-defined]
-        assert tuple(plugin_cls.precisions) == tuple(info.precisions)  # type: ignore[attr-defined]
-        assert plugin_cls.contract_version == info.contract_version == CONTRACT_VERSION  # type: ignore[attr-defined]
-        module, _, qualname = info.plugin_class.partition(":")
-        assert (plugin_cls.__module__, plugin_cls.__qualname__) == (module, qualname) or self.plugin_class is not None
+        assert plugin_cls.backend == info.backend == self.backend
+        assert tuple(plugin_cls.precisions) == tuple(info.precisions)
+        assert plugin_cls.contract_version == info.contract_version == CONTRACT_VERSION
+        if self.plugin_class is None:  # installed plugin: the declared class path must lead to this very class
+            module, _, qualname = info.plugin_class.partition(":")
+            assert (plugin_cls.__module__, plugin_cls.__qualname__) == (module, qualname)
 
     def test_is_a_lightning_precision(self, plugin: Any) -> None:
         from lightning.pytorch.plugins.precision import Precision
 
         assert isinstance(plugin, Precision), f"{type(plugin).__name__} is not a lightning.pytorch Precision"
 
-    def test_constructs_by_name(self, plugin: Any, plugin_cls: type, precision: str) -> None:
+    def test_constructs_by_name(self, plugin: Any, plugin_cls: Any, precision: str) -> None:
         assert type(plugin) is plugin_cls
         assert plugin.precision == precision
 
-    def test_constructs_by_class(self, plugin_cls: type, precision: str) -> None:
+    def test_constructs_by_class(self, plugin_cls: Any, precision: str) -> None:
         assert plugin_cls(precision).precision == precision
 
-    def test_rejects_unknown_precisions(self, plugin_cls: type) -> None:
+    def test_rejects_unknown_precisions(self, plugin_cls: Any) -> None:
         for bad in _NOT_A_PRECISION:
             with pytest.raises(ValueError):
                 plugin_cls(bad)
@@ -175,7 +178,7 @@ class PluginConformance:
             assert product.dtype == _dtype(table.compute)
         assert not torch.is_autocast_enabled("cpu"), "forward_context must leave autocast as it found it"
 
-    def test_state_dict_round_trip(self, plugin: Any, plugin_cls: type, precision: str) -> None:
+    def test_state_dict_round_trip(self, plugin: Any, plugin_cls: Any, precision: str) -> None:
         state = plugin.state_dict()
         assert isinstance(state, dict)
         fresh = plugin_cls(precision)

@@ -1,0 +1,142 @@
+"""The Trainer front door: precision_plugin= by name or instance, its checks, and real Trainer.fit runs."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pl = pytest.importorskip("lightning.pytorch")
+torch = pytest.importorskip("torch")
+
+from _distributions import DUMMY_PROJECT, build_wheel  # noqa: E402
+from _models import QUIET, TinyRegressor  # noqa: E402
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision  # noqa: E402
+
+from precision_base import Trainer, TrainerConfigurationError, UnknownBackendError  # noqa: E402
+
+
+def test_signature_adds_only_a_keyword_only_precision_plugin() -> None:
+    params = inspect.signature(Trainer.__init__).parameters
+    assert params["precision_plugin"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["precision_plugin"].default is None
+    assert issubclass(Trainer, pl.Trainer)
+
+
+def test_without_precision_plugin_it_is_lightnings_trainer() -> None:
+    ours = Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", max_steps=3, **QUIET)
+    theirs = pl.Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", max_steps=3, **QUIET)
+    assert type(ours.precision_plugin) is type(theirs.precision_plugin)
+    assert ours.precision_plugin.precision == theirs.precision_plugin.precision == "bf16-mixed"
+    assert type(ours.strategy) is type(theirs.strategy)
+    assert ours.max_steps == theirs.max_steps == 3
+
+
+def test_name_is_resolved_into_the_trainers_plugin(dummy_registered: type) -> None:
+    trainer = Trainer(precision_plugin="dummy:bf16", accelerator="cpu", devices=1, max_steps=7, **QUIET)
+    assert isinstance(trainer.precision_plugin, dummy_registered)
+    assert trainer.precision_plugin.precision == "bf16-mixed"
+    assert trainer.max_steps == 7
+
+
+def test_instance_is_accepted_as_is(dummy_registered: type) -> None:
+    plugin = dummy_registered("bf16-true")
+    assert Trainer(precision_plugin=plugin, accelerator="cpu", devices=1, **QUIET).precision_plugin is plugin
+    plain = Precision()
+    assert Trainer(precision_plugin=plain, accelerator="cpu", devices=1, **QUIET).precision_plugin is plain
+
+
+def test_precision_together_with_precision_plugin_is_refused(dummy_registered: type) -> None:
+    with pytest.raises(TrainerConfigurationError) as info:
+        Trainer(precision_plugin="dummy:bf16-mixed", precision="16-mixed", accelerator="cpu", **QUIET)
+    message = str(info.value)
+    assert "both precision='16-mixed' and precision_plugin='dummy:bf16-mixed'" in message
+    assert "remove precision=" in message
+
+
+@pytest.mark.parametrize("as_list", [True, False])
+def test_precision_plugin_in_plugins_as_well_is_refused(dummy_registered: type, as_list: bool) -> None:
+    other = MixedPrecision("bf16-mixed", device="cpu")
+    with pytest.raises(TrainerConfigurationError) as info:
+        Trainer(precision_plugin="dummy:32", plugins=[other] if as_list else other, accelerator="cpu", **QUIET)
+    assert "also the precision plugin MixedPrecision in plugins=" in str(info.value)
+    assert "Pass exactly one precision plugin" in str(info.value)
+
+
+def test_other_plugins_are_kept(dummy_registered: type) -> None:
+    from lightning.pytorch.plugins import TorchCheckpointIO
+
+    io = TorchCheckpointIO()
+    trainer = Trainer(precision_plugin="dummy:32", plugins=[io], accelerator="cpu", devices=1, **QUIET)
+    assert trainer.strategy.checkpoint_io is io
+    assert isinstance(trainer.precision_plugin, dummy_registered)
+
+
+def test_incompatible_strategy_is_refused_in_init(dummy_registered: type) -> None:
+    with pytest.raises(TrainerConfigurationError, match="strategy='fsdp' is not supported"):
+        Trainer(precision_plugin="dummy:bf16-mixed", strategy="fsdp", accelerator="cpu", **QUIET)
+
+
+def test_wrong_type_and_unknown_name_fail_in_init() -> None:
+    with pytest.raises(TypeError, match="precision_plugin must be a name"):
+        Trainer(precision_plugin=3.5, accelerator="cpu", **QUIET)  # type: ignore[arg-type]
+    with pytest.raises(UnknownBackendError, match="no precision plugin is registered for backend 'nosuch'"):
+        Trainer(precision_plugin="nosuch:bf16-mixed", accelerator="cpu", **QUIET)
+
+
+@pytest.mark.parametrize(
+    ("precision", "compute"),
+    [("32-true", torch.float32), ("bf16-true", torch.bfloat16), ("bf16-mixed", torch.bfloat16)],
+)
+def test_fit_runs_through_the_plugin(dummy_registered: type, precision: str, compute: torch.dtype) -> None:
+    model = TinyRegressor()
+    trainer = Trainer(precision_plugin=f"dummy:{precision}", accelerator="cpu", devices=1, max_steps=8, **QUIET)
+    trainer.fit(model)
+    assert trainer.global_step == 8
+    assert set(model.compute_dtypes) == {compute}
+    assert trainer.precision_plugin.device_type == "cpu"
+    assert model.losses[-1] < model.losses[0]
+
+
+@pytest.mark.slow
+def test_fit_with_a_really_installed_plugin(tmp_path: Path) -> None:
+    """The dummy's wheel is installed into a fresh target directory; only real entry-point metadata finds it."""
+    wheel = build_wheel(DUMMY_PROJECT, tmp_path)
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True
+    )
+    script = textwrap.dedent("""
+        import json, sys
+        sys.path.insert(0, sys.argv[1])
+        import precision_base
+        from _models import QUIET, TinyRegressor
+        entry = precision_base.get_entry("dummy")
+        model = TinyRegressor()
+        trainer = precision_base.Trainer(precision_plugin="dummy:bf16-mixed", accelerator="cpu", devices=1,
+                                         max_steps=6, **QUIET)
+        trainer.fit(model)
+        print(json.dumps({"dist": entry.distribution, "version": entry.version,
+                          "plugin": type(trainer.precision_plugin).__module__,
+                          "dtypes": sorted({str(d) for d in model.compute_dtypes}),
+                          "fell": model.losses[-1] < model.losses[0]}))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(target)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {
+        "dist": "precision-dummy",
+        "version": "0.3.1",
+        "plugin": "precision_dummy.plugin",
+        "dtypes": ["torch.bfloat16"],
+        "fell": True,
+    }

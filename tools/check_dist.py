@@ -1,0 +1,146 @@
+"""Check built wheels and sdists: names, versions, dependencies and contents.
+
+``python -m tools.check_dist dist/`` inspects every ``*.whl`` and ``*.tar.gz`` there (for one package:
+``--package precision-fsdp``) and fails with one line per problem:
+
+* the version in the wheel's metadata equals ``__about__.__version__`` of the package in this tree;
+* dependencies: ``precision-base`` declares no torch, Lightning or DeepSpeed (outside extras);
+  ``precision-fsdp`` none on DeepSpeed; plugins require ``precision-base`` with a floor and a major cap and
+  never pin it with ``==``;
+* a plugin wheel registers its backend in the ``precision_base.plugins`` entry-point group;
+* the wheel holds ``py.typed`` and ``__about__.py``, no tests, no ``__pycache__``; the sdist holds the README,
+  the CHANGELOG, the pyproject and the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import sys
+import tarfile
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+from tools.packages import ROOT, Package, find
+
+FORBIDDEN: dict[str, set[str]] = {
+    "precision-base": {"torch", "lightning", "pytorch-lightning", "deepspeed"},
+    "precision-fsdp": {"deepspeed"},
+    "precision-deepspeed": set(),
+}
+BACKENDS = {"precision-fsdp": "fsdp", "precision-deepspeed": "deepspeed"}
+
+
+def _metadata(text: str) -> tuple[str, str, list[Requirement]]:
+    msg = Parser().parsestr(text)
+    return msg["Name"], msg["Version"], [Requirement(r) for r in msg.get_all("Requires-Dist") or []]
+
+
+def check_requirements(dist: str, requires: list[Requirement]) -> list[str]:
+    problems = []
+    runtime = [r for r in requires if r.marker is None or "extra" not in str(r.marker)]
+    for req in runtime:
+        name = canonicalize_name(req.name)
+        if name in FORBIDDEN.get(dist, set()):
+            problems.append(f"{dist} must not depend on {name}, but declares {req}")
+        if name == "precision-base":
+            ops = {s.operator for s in req.specifier}
+            if "==" in ops or ">=" not in ops or "<" not in ops:
+                problems.append(f"{dist} must require precision-base with a floor and a major cap, got {req}")
+    return problems
+
+
+def check_wheel(path: Path, pkg: Package) -> list[str]:
+    problems: list[str] = []
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        info_dir = next((n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")), None)
+        if info_dir is None:
+            return [f"{path.name}: no .dist-info folder"]
+        name, version, requires = _metadata(zf.read(f"{info_dir}/METADATA").decode())
+        entry_points = configparser.ConfigParser()
+        if f"{info_dir}/entry_points.txt" in names:
+            entry_points.read_string(zf.read(f"{info_dir}/entry_points.txt").decode())
+    if canonicalize_name(name) != pkg.dist:
+        problems.append(f"{path.name}: metadata name {name!r} is not {pkg.dist!r}")
+    if version != pkg.version():
+        problems.append(f"{path.name}: metadata version {version} != {pkg.about} version {pkg.version()}")
+    problems += [f"{path.name}: {p}" for p in check_requirements(pkg.dist, requires)]
+    for required in (f"{pkg.module}/__init__.py", f"{pkg.module}/__about__.py", f"{pkg.module}/py.typed"):
+        if required not in names:
+            problems.append(f"{path.name}: missing {required}")
+    stray = [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/tests/" in f"/{n}"]
+    if stray:
+        problems.append(f"{path.name}: must not ship {stray[:5]}")
+    outside = [n for n in names if not n.startswith((f"{pkg.module}/", f"{info_dir}/"))]
+    if outside:
+        problems.append(f"{path.name}: files outside {pkg.module}/: {outside[:5]}")
+    backend = BACKENDS.get(pkg.dist)
+    if backend is not None:
+        group = "precision_base.plugins"
+        if not entry_points.has_section(group) or backend not in entry_points[group]:
+            problems.append(f"{path.name}: no entry point {backend!r} in group {group!r}")
+    return problems
+
+
+def check_sdist(path: Path, pkg: Package) -> list[str]:
+    with tarfile.open(path) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    problems = []
+    for required in ("pyproject.toml", "README.md", "CHANGELOG.md", "PKG-INFO", f"src/{pkg.module}/__about__.py"):
+        if required not in names:
+            problems.append(f"{path.name}: missing {required}")
+    if not any(n.startswith("tests/") for n in names):
+        problems.append(f"{path.name}: ships no tests/ (the release workflow runs them from the sdist)")
+    if any("__pycache__" in n for n in names):
+        problems.append(f"{path.name}: ships __pycache__")
+    return problems
+
+
+def check_dir(dist_dir: Path, only: str | None = None, root: Path = ROOT) -> tuple[list[str], list[str]]:
+    """``(checked file names, problems)`` for the artifacts in ``dist_dir``."""
+    checked: list[str] = []
+    problems: list[str] = []
+    seen: dict[str, set[str]] = {}
+    for path in sorted(dist_dir.iterdir()):
+        if path.suffix == ".whl":
+            dist_name, _, _, _ = parse_wheel_filename(path.name)
+            kind = "wheel"
+        elif path.name.endswith(".tar.gz"):
+            dist_name, _ = parse_sdist_filename(path.name)
+            kind = "sdist"
+        else:
+            continue
+        if only is not None and canonicalize_name(dist_name) != canonicalize_name(only):
+            continue
+        pkg = find(str(dist_name), root)
+        problems += check_wheel(path, pkg) if kind == "wheel" else check_sdist(path, pkg)
+        seen.setdefault(pkg.dist, set()).add(kind)
+        checked.append(path.name)
+    for dist, kinds in seen.items():
+        if kinds != {"wheel", "sdist"}:
+            problems.append(f"{dist}: expected a wheel and an sdist, found only {sorted(kinds)}")
+    if not checked:
+        problems.append(f"{dist_dir}: no wheel or sdist to check")
+    return checked, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dist_dir", type=Path)
+    parser.add_argument("--package", help="check only this distribution's files")
+    args = parser.parse_args(argv)
+    checked, problems = check_dir(args.dist_dir, args.package)
+    for name in checked:
+        print(f"checked {name}")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -76,8 +76,6 @@ def released_versions(text: str) -> list[Version]:
             versions.append(Version(s.name))
         except InvalidVersion:
             raise ChangelogError(f"changelog heading [{s.name}] is neither 'Unreleased' nor a version") from None
-        if s.date is None:
-            raise ChangelogError(f"changelog heading [{s.name}] has no date (expected '## [{s.name}] - YYYY-MM-DD')")
     return versions
 
 
@@ -97,7 +95,8 @@ def check(pkg: Package, allow_unreleased: bool = False) -> str:
             f"{pkg.changelog} has an entry for {released[0]}, newer than {pkg.dist}'s version {version} in {pkg.about}"
         )
     if version in released:
-        return f"{pkg.dist} {version}: changelog entry found"
+        dated = next(s.date for s in secs if s.name != UNRELEASED and Version(s.name) == version)
+        return f"{pkg.dist} {version}: changelog entry found" + ("" if dated else " (not dated yet)")
     unreleased = next((s for s in secs if s.name == UNRELEASED), None)
     if allow_unreleased and unreleased is not None and has_entries(unreleased.body(text)):
         return (

@@ -1,0 +1,56 @@
+"""tools/compat.py: the compatibility table keeps failing cells and shows installed versions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tools.compat import first_failures, junit_counts, write
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="2" tests="10">
+<testcase classname="tests.test_a" name="test_ok"/>
+<testcase classname="tests.test_a" name="test_bad">
+<failure message="AssertionError: bf16 expected">trace</failure></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_junit_counts_and_failures(tmp_path: Path) -> None:
+    path = tmp_path / "j.xml"
+    path.write_text(JUNIT)
+    assert junit_counts(path) == {"tests": 10, "failures": 1, "errors": 0, "skipped": 2}
+    assert first_failures(path) == ["tests.test_a::test_bad: AssertionError: bf16 expected"]
+
+
+def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
+    versions = {"torch": "2.13.0+cpu", "lightning": "2.6.6", "deepspeed": None, "precision-base": "0.1.0"}
+    cells = [
+        {
+            "session": "tests-precision_fsdp(torch='2.13', lightning='2.6')",
+            "package": "precision-fsdp",
+            "requested": {"torch": "2.13", "lightning": "2.6"},
+            "status": "passed",
+            "installed": {"python": "3.11.7", "versions": versions},
+            "tests": {"tests": 10, "failures": 0, "errors": 0, "skipped": 1},
+        },
+        {
+            "session": "tests-precision_fsdp(lowest)",
+            "package": "precision-fsdp",
+            "requested": {"variant": "lowest"},
+            "status": "failed",
+            "reason": "test_x: boom",
+            "installed": None,
+            "tests": None,
+        },
+    ]
+    md, js = tmp_path / "c.md", tmp_path / "c.json"
+    write(cells, {"date": "2025-01-01", "duration_min": 3.5, "excluded": ["a: b"]}, md, js)
+    text = md.read_text()
+    assert "**1 of 2 cells passed.**" in text
+    row = "| `torch=2.13, lightning=2.6` | ✅ passed | 9 passed, 0 failed, 1 skipped | 2.13.0+cpu | 2.6.6 | - |"
+    assert row in text
+    assert "| `variant=lowest` | ❌ failed |" in text
+    assert "- `tests-precision_fsdp(lowest)`: test_x: boom" in text
+    assert "- a: b" in text
+    assert json.loads(js.read_text())["cells"][1]["status"] == "failed"

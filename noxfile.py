@@ -314,7 +314,7 @@ def install_actionlint(session: nox.Session) -> str:
 @nox.session(python=PYTHON, tags=["ci", "tools"])
 def tools(session: nox.Session) -> None:
     """The repository tooling's own tests (tools/tests): version bump, changelog check, lowest pins, dists."""
-    session.install("pytest", "packaging", "build", "hatchling")
+    session.install("pytest", "packaging", "build", "hatchling", "nox")
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 
@@ -366,13 +366,16 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, tags=["release"])
 def release_check(session: nox.Session) -> None:
-    """Before releasing one package (``nox -s release_check -- precision-fsdp``): strict changelog, build, check."""
+    """Before releasing one package (``nox -s release_check -- precision-fsdp``): strict changelog, build, check.
+
+    Leaves that package's wheel and sdist in dist/ (emptied first), which the release workflow publishes.
+    """
     if not session.posargs:
         session.error("name the package: nox -s release_check -- precision-fsdp")
     name = session.posargs[0]
     session.install("build", "twine", "packaging")
     session.run("python", "-m", "tools.changelog", "check", name)
-    out = Path(session.create_tmp()) / "dist"
+    out = ROOT / "dist"
     shutil.rmtree(out, ignore_errors=True)
     pkg = next(p for p in PACKAGES.values() if name in (p.dist, p.module, p.tag))
     session.run("python", "-m", "build", "--outdir", str(out), str(pkg.path))

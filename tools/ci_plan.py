@@ -1,0 +1,92 @@
+"""Which nox sessions a CI run needs, as a JSON list (one CI job per session).
+
+``python -m tools.ci_plan --changed-from <git-rev>`` reads ``nox -l --json`` and the files changed since
+``<git-rev>``, and prints ``sessions=[...]`` for ``$GITHUB_OUTPUT``:
+
+* ``--full`` (nightly, manual): every matrix cell (``matrix`` tag) plus the CI slice's other sessions;
+* otherwise the CI slice (``ci`` tag), keeping a package's test cell only if that package is touched.
+  A change under ``packages/precision-base``, ``noxfile.py``, ``tools/``, ``constraints/`` or ``.github/``
+  touches every package; so does an unknown diff (no base revision, e.g. a new branch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Iterable
+
+PACKAGE_DIRS = {"packages/precision-fsdp/": "fsdp", "packages/precision-deepspeed/": "deepspeed"}
+EVERYTHING = ("packages/precision-base/", "noxfile.py", "tools/", "constraints/", ".github/", "pyproject.toml")
+PACKAGE_TAGS = ("base", "fsdp", "deepspeed")
+
+
+def touched_packages(changed: Iterable[str] | None) -> set[str]:
+    """Package tags (``base``, ``fsdp``, ``deepspeed``) that a set of changed paths touches."""
+    if changed is None:
+        return set(PACKAGE_TAGS)
+    touched: set[str] = set()
+    for path in changed:
+        if path.startswith(EVERYTHING):
+            return set(PACKAGE_TAGS)
+        for prefix, tag in PACKAGE_DIRS.items():
+            if path.startswith(prefix):
+                touched.add(tag)
+        if path.startswith(("tests-integration/", "examples/")) and "fsdp" in path:
+            touched.add("fsdp")
+        if path.startswith(("tests-integration/", "examples/")) and "deepspeed" in path:
+            touched.add("deepspeed")
+    return touched
+
+
+def select(sessions: list[dict[str, object]], changed: Iterable[str] | None, full: bool) -> list[str]:
+    def tags(s: dict[str, object]) -> set[str]:
+        return set(s.get("tags", []))  # type: ignore[arg-type]
+
+    if full:
+        chosen = [s for s in sessions if tags(s) & {"matrix", "ci"}]
+    else:
+        touched = touched_packages(changed)
+        chosen = []
+        for s in sessions:
+            t = tags(s)
+            if "ci" not in t:
+                continue
+            package_tags = t & set(PACKAGE_TAGS)
+            if package_tags and not package_tags & touched:
+                continue
+            chosen.append(s)
+    return [str(s["session"]) for s in chosen]
+
+
+def changed_files(base: str | None) -> list[str] | None:
+    if not base or set(base) == {"0"}:
+        return None
+    proc = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"cannot diff against {base}: {proc.stderr.strip()}; selecting everything", file=sys.stderr)
+        return None
+    return [line for line in proc.stdout.splitlines() if line]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--changed-from", help="git revision to diff against (empty: everything)")
+    parser.add_argument("--full", action="store_true", help="the whole matrix (nightly)")
+    parser.add_argument("--sessions-json", help="read `nox -l --json` output from this file instead of running nox")
+    args = parser.parse_args(argv)
+    if args.sessions_json:
+        with open(args.sessions_json, encoding="utf-8") as fh:
+            listed = json.load(fh)
+    else:
+        out = subprocess.run([sys.executable, "-m", "nox", "-l", "--json"], capture_output=True, text=True, check=True)
+        listed = json.loads(out.stdout)
+    chosen = select(listed, None if args.full else changed_files(args.changed_from), args.full)
+    print(f"sessions={json.dumps(chosen)}")
+    print(f"{len(chosen)} sessions: {chosen}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,413 @@
+"""mkdocs hook: fills ``<!-- gen:NAME -->`` markers in the docs with text produced by running the code.
+
+Error messages, the plugin list and the dtype tables are therefore what the installed packages really say and
+do, not copies that drift. Markers:
+
+* ``gen:grammar`` - the grammar text, the precisions and the aliases;
+* ``gen:spec-errors`` - ``parse_spec`` on malformed names: exception type and message;
+* ``gen:registry-errors`` - every discovery/resolution error, provoked in a private registry;
+* ``gen:trainer-errors`` - the front door's errors (needs Lightning);
+* ``gen:cli-errors`` - what ``precision-plugins`` prints for bad input;
+* ``gen:plugins`` - the installed entry points (``list_plugins()``);
+* ``gen:dtypes`` - each installed backend's ``dtypes()`` for every precision it offers;
+* ``gen:changelog:<dist>`` - that package's CHANGELOG.md, headings shifted one level down;
+* ``gen:file:<path>`` - a file of the repository as a fenced code block (the docs' examples);
+* ``gen:reference:<module>`` - ``::: module`` blocks for the modules of a package that exist on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER = re.compile(r"<!-- gen:([a-z-]+)(?::([\w./-]+))? -->")
+
+
+def _fence(text: str, lang: str = "text") -> str:
+    return f"```{lang}\n{text}\n```"
+
+
+def _md_escape(text: str) -> str:
+    """Text safe inside a Markdown table cell: no HTML, links, emphasis or column breaks."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for ch in "\\`*_[]|":
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("\n", " ")
+
+
+def _raised(func: Callable[[], Any]) -> BaseException | None:
+    try:
+        func()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _error_block(title: str, code: str, exc: BaseException | None) -> str:
+    if exc is None:
+        return f"**{title}**: no error was raised (this page is out of date: please report it)\n"
+    return f"**{title}**\n\n{_fence(code, 'python')}\n\n{_fence(f'{type(exc).__name__}: {exc}')}\n"
+
+
+# ---- the grammar ------------------------------------------------------------------------------------
+def gen_grammar(_: str | None) -> str:
+    from precision_base.spec import ALIASES, GRAMMAR, PRECISIONS
+
+    rows = ["| you write | canonical precision |", "|---|---|"]
+    rows += [f"| `{p!r}` | `{p}` |" for p in PRECISIONS]
+    rows += [f"| `{alias!r}` | `{canonical}` |" for alias, canonical in ALIASES.items()]
+    return f"{_fence(GRAMMAR)}\n\n" + "\n".join(rows)
+
+
+SPEC_CASES: list[object] = [
+    "",
+    "   ",
+    "fsdp",
+    "bf16-mixed",
+    ":bf16-mixed",
+    "fsdp:",
+    "fsdp:bf16:mixed",
+    "FSDP:bf16-mixed",
+    "fsdp:BF16-MIXED",
+    "fsdp:bf16-mix",
+    "fsdp:64",
+    "fsdp:fp16",
+    "my plugin:32",
+    None,
+    32,
+    ("fsdp", "bf16-mixed"),
+]
+
+
+def gen_spec_errors(_: str | None) -> str:
+    from precision_base import parse_spec
+    from precision_base.spec import GRAMMAR
+
+    rows = ["| input | error | message (*grammar*: the text above) |", "|---|---|---|"]
+    for case in SPEC_CASES:
+        exc = _raised(lambda case=case: parse_spec(case))
+        if exc is None:
+            rows.append(f"| `{case!r}` | accepted | `{parse_spec(case)}` |")
+        else:
+            parts = str(exc).split(GRAMMAR)
+            message = "*grammar*".join(_md_escape(part) for part in parts)
+            rows.append(f"| `{case!r}` | `{type(exc).__name__}` | {message} |")
+    ok = ["fsdp:bf16-mixed", " deepspeed : 16 ", "fsdp:bf16", "fsdp:32"]
+    accepted = "\n".join(f"parse_spec({s!r})  ->  {parse_spec(s)}" for s in ok)
+    return "\n".join(rows) + "\n\nWhat is accepted:\n\n" + _fence(accepted)
+
+
+# ---- the registry -----------------------------------------------------------------------------------
+class _Toy:
+    """Stands in for a plugin class in the examples below; never instantiated."""
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def gen_registry_errors(_: str | None) -> str:
+    from precision_base import PluginInfo
+    from precision_base.registry import DISABLE_ENV_VAR, Registry
+
+    def registry(*infos: tuple[PluginInfo, str, str]) -> Registry:
+        reg = Registry(group="precision_base.docs_examples_no_such_group")
+        for info, dist, version in infos:
+            reg.register(info, distribution=dist, version=version, replace=True)
+        return reg
+
+    fsdp = PluginInfo(backend="fsdp", precisions=("32-true", "bf16-mixed"), plugin_class="precision_fsdp.x:Y")
+    blocks = []
+    reg = registry((fsdp, "precision-fsdp", "0.1.0"))
+    blocks.append(
+        _error_block(
+            "Unknown backend (a typo, or a plugin that is not installed)",
+            'resolve("deepspeed:bf16-mixed")   # only precision-fsdp is installed',
+            _raised(lambda: reg.resolve("deepspeed:bf16-mixed")),
+        )
+    )
+    blocks.append(
+        _error_block("A near miss", 'resolve("fsbp:bf16-mixed")', _raised(lambda: reg.resolve("fsbp:bf16-mixed")))
+    )
+    blocks.append(
+        _error_block(
+            "A precision the backend does not offer",
+            'resolve("fsdp:16-true")   # this fsdp offers 32-true and bf16-mixed',
+            _raised(lambda: reg.resolve("fsdp:16-true")),
+        )
+    )
+    with _env(DISABLE_ENV_VAR, "fsdp"):
+        blocks.append(
+            _error_block(
+                f"A backend disabled with {DISABLE_ENV_VAR}",
+                f'# {DISABLE_ENV_VAR}=fsdp\nresolve("fsdp:bf16-mixed")',
+                _raised(lambda: reg.resolve("fsdp:bf16-mixed")),
+            )
+        )
+    broken = PluginInfo(backend="fsdp", precisions=("bf16-mixed",), plugin_class="precision_fsdp_missing.plugin:X")
+    reg2 = registry((broken, "precision-fsdp", "0.1.0"))
+    blocks.append(
+        _error_block(
+            "A plugin whose code fails to import (the original exception is chained)",
+            'resolve("fsdp:bf16-mixed")   # its module raises on import',
+            _raised(lambda: reg2.resolve("fsdp:bf16-mixed")),
+        )
+    )
+    needy = PluginInfo(
+        backend="deepspeed",
+        precisions=("bf16-mixed",),
+        plugin_class="precision_deepspeed.plugin:DeepSpeedPrecision",
+        requires=("deepspeed>=99.0",),
+    )
+    reg3 = registry((needy, "precision-deepspeed", "0.1.0"))
+    blocks.append(
+        _error_block(
+            "A plugin whose requirements are not met (checked before its code is imported)",
+            'resolve("deepspeed:bf16-mixed")   # it requires deepspeed>=99.0',
+            _raised(lambda: reg3.resolve("deepspeed:bf16-mixed")),
+        )
+    )
+    future = PluginInfo(backend="fsdp", precisions=("bf16-mixed",), plugin_class="x:Y", contract_version=2)
+    reg4 = registry((future, "precision-fsdp", "9.0.0"))
+    blocks.append(
+        _error_block(
+            "A plugin built for another contract version",
+            'resolve("fsdp:bf16-mixed")   # a plugin built for contract 2',
+            _raised(lambda: reg4.resolve("fsdp:bf16-mixed")),
+        )
+    )
+    reg5 = registry((fsdp, "precision-fsdp", "0.1.0"))
+    blocks.append(
+        _error_block(
+            "Two distributions registering the same backend",
+            "# precision-fsdp and my-fsdp-fork both register 'fsdp'",
+            _raised(lambda: reg5.register(fsdp, distribution="my-fsdp-fork", version="1.0")),
+        )
+    )
+    blocks.append(
+        _error_block(
+            "A malformed plugin info object (for plugin authors)",
+            'PluginInfo(backend="My Backend", precisions=("fp8",), plugin_class="nowhere")',
+            _raised(lambda: PluginInfo(backend="My Backend", precisions=("fp8",), plugin_class="nowhere")),
+        )
+    )
+    return "\n".join(blocks)
+
+
+# ---- the Trainer front door -------------------------------------------------------------------------
+def gen_trainer_errors(_: str | None) -> str:
+    try:
+        import lightning  # noqa: F401
+    except ImportError:
+        return "!!! note\n    Lightning is not installed where the docs were built; examples skipped.\n"
+    sys.path.insert(0, str(ROOT / "docs" / "examples"))
+    from cast_info import INFO
+    from cast_plugin import CastPrecision
+    from lightning.pytorch.plugins.precision import HalfPrecision
+
+    from precision_base import Trainer, registered
+
+    cases = [
+        (
+            "precision= together with precision_plugin=",
+            'Trainer(precision_plugin="cast:bf16-true", precision="bf16-mixed")',
+            lambda: Trainer(precision_plugin="cast:bf16-true", precision="bf16-mixed"),
+        ),
+        (
+            "a precision plugin in plugins= as well",
+            'Trainer(precision_plugin="cast:bf16-true", plugins=[HalfPrecision("bf16-true")])',
+            lambda: Trainer(precision_plugin="cast:bf16-true", plugins=[HalfPrecision("bf16-true")]),
+        ),
+        (
+            "something that is neither a name nor a Precision",
+            "Trainer(precision_plugin=16)",
+            lambda: Trainer(precision_plugin=16),
+        ),
+    ]
+    blocks = []
+    with registered(INFO, plugin_class=CastPrecision):
+        for title, code, func in cases:
+            blocks.append(_error_block(title, code, _raised(func)))
+    blocks.append("The installed backends check `strategy=` themselves:\n")
+    blocks.append(_backend_strategy_errors())
+    return "\n".join(blocks)
+
+
+def _backend_strategy_errors() -> str:
+    """The installed FSDP / DeepSpeed plugins' own checks of ``strategy=``, where they raise on this machine."""
+    from precision_base import Trainer, list_plugins
+
+    installed = {e.backend for e in list_plugins() if e.status == "ok"}
+    blocks = []
+    for backend in ("fsdp", "deepspeed"):
+        if backend not in installed:
+            blocks.append(f"!!! note\n    `{backend}` was not installed where these docs were built.\n")
+            continue
+        for strategy in ("ddp", "auto"):
+            kwargs = {"precision_plugin": f"{backend}:bf16-mixed", "strategy": strategy, "accelerator": "cpu"}
+            exc = _raised(lambda kwargs=kwargs: Trainer(**kwargs, logger=False))
+            if exc is not None:
+                code = f'Trainer(precision_plugin="{backend}:bf16-mixed", strategy="{strategy}", accelerator="cpu")'
+                blocks.append(_error_block(f"`{backend}` with strategy={strategy!r} on CPU", code, exc))
+    return "\n".join(blocks)
+
+
+def gen_cli_errors(_: str | None) -> str:
+    from precision_base.cli import main
+
+    out = []
+    for argv in (["show", "fsdp:bf16:mixed"], ["show", "nosuchbackend:32"]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(argv)
+        out.append(f"$ precision-plugins {' '.join(argv)}\n{err.getvalue().strip()}\n(exit code {code})")
+    return _fence("\n\n".join(out), "console")
+
+
+# ---- installed plugins and their dtypes -------------------------------------------------------------
+def gen_plugins(_: str | None) -> str:
+    from precision_base import list_plugins
+
+    entries = list_plugins()
+    if not entries:
+        return "!!! warning\n    No precision plugin was installed where these docs were built.\n"
+    rows = ["| backend | distribution | version | status | precisions | strategy |", "|---|---|---|---|---|---|"]
+    for e in entries:
+        strategy = e.info.strategy if e.info else ""
+        status = e.status if e.status == "ok" else f"{e.status}: {_md_escape(e.reason)}"
+        rows.append(
+            f"| `{e.backend}` | {e.distribution} | {e.version} | {status} | "
+            f"{', '.join(f'`{p}`' for p in e.precisions)} | {_md_escape(strategy)} |"
+        )
+    details = []
+    for e in entries:
+        if e.info and e.info.summary:
+            details.append(f"- **{e.backend}**: {e.info.summary}")
+        if e.info and e.info.requires:
+            details.append(f"    - requires: {', '.join(f'`{r}`' for r in e.info.requires)}")
+    return "\n".join(rows) + "\n\n" + "\n".join(details)
+
+
+EXPECTED_BACKENDS = {"fsdp": "precision-fsdp", "deepspeed": "precision-deepspeed"}
+
+
+def gen_dtypes(_: str | None) -> str:
+    from precision_base import list_plugins, resolve
+
+    entries = {e.backend: e for e in list_plugins()}
+    out = []
+    for backend in sorted(set(entries) | set(EXPECTED_BACKENDS)):
+        out.append(f"## `{backend}`\n")
+        entry = entries.get(backend)
+        if entry is None:
+            out.append(
+                f"!!! note\n    `{EXPECTED_BACKENDS[backend]}` was not installed where these docs were built, so its "
+                f"table is missing. `pip install {EXPECTED_BACKENDS[backend]}` and "
+                f"`precision-plugins show {backend}:<precision>` print it.\n"
+            )
+            continue
+        if entry.status != "ok":
+            out.append(f"!!! warning\n    `{backend}` is installed but {entry.status}: {_md_escape(entry.reason)}\n")
+            continue
+        tables: dict[str, Any] = {}
+        notes: dict[str, tuple[str, ...]] = {}
+        failures = []
+        for precision in entry.precisions:
+            try:
+                table = resolve(f"{backend}:{precision}").dtypes()
+            except Exception as exc:  # shown, never hidden
+                failures.append(f"`{precision}`: {type(exc).__name__}: {_md_escape(str(exc))}")
+                continue
+            tables[precision] = table
+            notes[precision] = tuple(table.notes)
+        if tables:
+            roles = [role for role, _ in next(iter(tables.values())).rows()]
+            out.append("| | " + " | ".join(f"`{p}`" for p in tables) + " |")
+            out.append("|---|" + "---|" * len(tables))
+            for role in roles:
+                cells = [dict(t.rows())[role] for t in tables.values()]
+                out.append(f"| {role} | " + " | ".join(cells) + " |")
+            out.append("")
+            for precision, lines in notes.items():
+                for line in lines:
+                    out.append(f"- `{precision}`: {_md_escape(line)}")
+            out.append("")
+        for failure in failures:
+            out.append(f"!!! failure\n    dtypes() failed for {failure}\n")
+    return "\n".join(out)
+
+
+# ---- changelogs and API reference -------------------------------------------------------------------
+def gen_changelog(dist: str | None) -> str:
+    path = ROOT / "packages" / str(dist) / "CHANGELOG.md"
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r"^# .*\n", "", text, count=1)  # the page has its own title
+    return re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", text, flags=re.MULTILINE)
+
+
+def gen_reference(module: str | None) -> str:
+    name = str(module)
+    src = ROOT / "packages" / name.replace("_", "-") / "src" / name
+    if not src.is_dir():
+        return f"!!! note\n    `{name}` has no source in this tree.\n"
+    blocks = [f"::: {name}\n    options:\n      members_order: source\n      show_submodules: false\n"]
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if any(p.startswith("_") for p in parts) or len(parts) == 1:
+            continue
+        blocks.append(f"::: {'.'.join(parts)}\n    options:\n      members_order: source\n")
+    return "\n".join(blocks)
+
+
+def gen_file(path: str | None) -> str:
+    target = ROOT / str(path)
+    lang = {".py": "python", ".toml": "toml", ".yml": "yaml"}.get(target.suffix, "text")
+    return _fence(target.read_text(encoding="utf-8").rstrip("\n"), lang)
+
+
+GENERATORS: dict[str, Callable[[str | None], str]] = {
+    "grammar": gen_grammar,
+    "spec-errors": gen_spec_errors,
+    "registry-errors": gen_registry_errors,
+    "trainer-errors": gen_trainer_errors,
+    "cli-errors": gen_cli_errors,
+    "plugins": gen_plugins,
+    "dtypes": gen_dtypes,
+    "changelog": gen_changelog,
+    "reference": gen_reference,
+    "file": gen_file,
+}
+
+
+def render(markdown: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name, arg = match.group(1), match.group(2)
+        if name not in GENERATORS:
+            raise ValueError(f"unknown docs marker gen:{name}")
+        return GENERATORS[name](arg)
+
+    return MARKER.sub(replace, markdown)
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """The mkdocs event: replace every marker of the page."""
+    return render(markdown)

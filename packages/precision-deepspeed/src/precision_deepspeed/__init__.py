@@ -1,7 +1,8 @@
 """precision-deepspeed: Lightning's ``DeepSpeedPrecision``,
-as a separately installed plugin found by name (``"deepspeed:<precision>"``).
+as a separately installed plugin found by name (``"deepspeed:<precision>"``), that also trains on CPU.
 
-Importing this package does not import torch; ``DeepSpeedPrecision`` is imported on first access.
+Importing this package does not import torch; ``DeepSpeedPrecision`` and ``DeepSpeedCPUStrategy`` are imported on
+first access.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from precision_deepspeed.__about__ import __version__
 
 if TYPE_CHECKING:
     from precision_deepspeed.plugin import DeepSpeedPrecision
+    from precision_deepspeed.strategy import DeepSpeedCPUStrategy
 
-__all__ = ["DeepSpeedPrecision", "__version__"]
+__all__ = ["DeepSpeedCPUStrategy", "DeepSpeedPrecision", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from precision_deepspeed.plugin import DeepSpeedPrecision
 
         return DeepSpeedPrecision
+    if name == "DeepSpeedCPUStrategy":
+        from precision_deepspeed.strategy import DeepSpeedCPUStrategy
+
+        return DeepSpeedCPUStrategy
     raise AttributeError(f"module 'precision_deepspeed' has no attribute {name!r}")

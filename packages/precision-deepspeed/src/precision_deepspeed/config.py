@@ -1,0 +1,215 @@
+"""The precision section of a DeepSpeed config: rendered by the plugin, merged into the user's config.
+
+The plugin owns these top-level keys of DeepSpeed's config:
+
+* ``fp16``: enabled under ``16-mixed`` and ``16-true``, with dynamic loss scaling and its knobs
+  (``loss_scale``, ``initial_scale_power``, ``loss_scale_window``, ``hysteresis``, ``consecutive_hysteresis``,
+  ``min_loss_scale``); disabled otherwise;
+* ``bf16``: enabled under ``bf16-mixed`` and ``bf16-true``; disabled otherwise;
+* ``torch_autocast``: only when the plugin is built with ``torch_autocast=True`` (``16-mixed`` or ``bf16-mixed``):
+  the engine runs its forward under ``torch.autocast`` and keeps fp32 parameters; ``fp16`` and ``bf16`` are then
+  disabled.
+
+:func:`merge_precision_section` adds the section to a user's config. A user value that agrees with the plugin is
+kept, a key the plugin does not mention is kept, and a value that contradicts the plugin raises
+:class:`DeepSpeedConfigConflictError` naming both sides. Nothing is silently overridden.
+
+This module imports neither torch nor DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from precision_base import TrainerConfigurationError
+
+HALF_PRECISIONS = ("16-mixed", "16-true")
+BF16_PRECISIONS = ("bf16-mixed", "bf16-true")
+AUTOCAST_PRECISIONS = ("16-mixed", "bf16-mixed")
+
+#: Top-level DeepSpeed keys that each switch on one way of running in reduced precision, and the key of the
+#: rendered section each one is compared against (DeepSpeed still reads the old spelling ``bfloat16``).
+PRECISION_MODE_KEYS: dict[str, str] = {
+    "fp16": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch_autocast": "torch_autocast",
+    "amp": "amp",
+}
+
+
+class DeepSpeedConfigConflictError(TrainerConfigurationError):
+    """A user's DeepSpeed config contradicts what the precision plugin needs."""
+
+
+@dataclass(frozen=True)
+class LossScaling:
+    """DeepSpeed's fp16 loss scaling knobs (the ``fp16`` section), with DeepSpeed's defaults.
+
+    Attributes:
+        loss_scale: ``0`` for dynamic loss scaling, or a fixed (static) scale.
+        initial_scale_power: dynamic scaling starts at ``2 ** initial_scale_power``.
+        loss_scale_window: steps without overflow before the scale is raised.
+        hysteresis: overflows tolerated before the scale is lowered.
+        consecutive_hysteresis: refill the hysteresis budget after every step without overflow.
+        min_loss_scale: the scale never drops below this.
+    """
+
+    loss_scale: float = 0.0
+    initial_scale_power: int = 16
+    loss_scale_window: int = 1000
+    hysteresis: int = 2
+    consecutive_hysteresis: bool = False
+    min_loss_scale: int = 1
+
+    def __post_init__(self) -> None:
+        problems = []
+        if isinstance(self.loss_scale, bool) or not isinstance(self.loss_scale, (int, float)):
+            problems.append(f"loss_scale must be a number, got {self.loss_scale!r}")
+        elif not math.isfinite(self.loss_scale) or self.loss_scale < 0:
+            problems.append(f"loss_scale must be 0 (dynamic) or a positive finite number, got {self.loss_scale!r}")
+        for name, low in (
+            ("initial_scale_power", 0),
+            ("loss_scale_window", 1),
+            ("hysteresis", 1),
+            ("min_loss_scale", 1),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                problems.append(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.consecutive_hysteresis, bool):
+            problems.append(f"consecutive_hysteresis must be True or False, got {self.consecutive_hysteresis!r}")
+        if problems:
+            raise ValueError("invalid fp16 loss scaling: " + "; ".join(problems))
+
+    def as_config(self) -> dict[str, Any]:
+        """The knobs as DeepSpeed's ``fp16`` section spells them."""
+        return asdict(self)
+
+
+def render_precision_section(
+    precision: str,
+    *,
+    loss_scaling: Optional[LossScaling] = None,
+    torch_autocast: bool = False,
+    autocast_lower_precision_safe_modules: Optional[Sequence[str]] = None,
+) -> dict[str, Any]:
+    """Return the precision section of a DeepSpeed config for ``precision``.
+
+    Args:
+        precision: one of the five canonical precisions.
+        loss_scaling: fp16 loss scaling knobs; used under ``16-mixed``/``16-true`` (defaults to DeepSpeed's).
+        torch_autocast: run the engine's forward under ``torch.autocast`` instead of casting the model (mixed
+            precisions only; needs a DeepSpeed release with the ``torch_autocast`` section).
+        autocast_lower_precision_safe_modules: with ``torch_autocast``, the ``"package.Class"`` names of modules whose
+            parameters are communicated in the autocast dtype (DeepSpeed's default: Linear and Conv layers).
+    """
+    if torch_autocast:
+        if precision not in AUTOCAST_PRECISIONS:
+            raise ValueError(
+                f"torch_autocast=True needs a mixed precision ({', '.join(AUTOCAST_PRECISIONS)}), got {precision!r}"
+            )
+        autocast: dict[str, Any] = {"enabled": True, "dtype": "float16" if precision == "16-mixed" else "bfloat16"}
+        if autocast_lower_precision_safe_modules is not None:
+            autocast["lower_precision_safe_modules"] = list(autocast_lower_precision_safe_modules)
+        return {"fp16": {"enabled": False}, "bf16": {"enabled": False}, "torch_autocast": autocast}
+    if precision in HALF_PRECISIONS:
+        scaling = loss_scaling if loss_scaling is not None else LossScaling()
+        return {"fp16": {"enabled": True, **scaling.as_config()}, "bf16": {"enabled": False}}
+    if precision in BF16_PRECISIONS:
+        return {"fp16": {"enabled": False}, "bf16": {"enabled": True}}
+    if precision == "32-true":
+        return {"fp16": {"enabled": False}, "bf16": {"enabled": False}}
+    raise ValueError(f"unknown precision {precision!r}")
+
+
+def _enabled(section: Any) -> bool:
+    return isinstance(section, Mapping) and bool(section.get("enabled", False))
+
+
+def _conflicts(user: Mapping[str, Any], ours: Mapping[str, Any], path: str) -> list[str]:
+    found: list[str] = []
+    for key, wanted in ours.items():
+        if key not in user:
+            continue
+        have = user[key]
+        where = f"{path}.{key}" if path else key
+        if isinstance(wanted, Mapping) and isinstance(have, Mapping):
+            found.extend(_conflicts(have, wanted, where))
+        elif have != wanted:
+            found.append(f"{where}={have!r} (the plugin needs {wanted!r})")
+    return found
+
+
+def precision_conflicts(user_config: Mapping[str, Any], section: Mapping[str, Any]) -> list[str]:
+    """Every place where ``user_config`` contradicts the rendered ``section``, as readable sentences."""
+    found: list[str] = []
+    for key, ours_key in PRECISION_MODE_KEYS.items():
+        if key == ours_key or key not in user_config:
+            continue
+        if _enabled(user_config[key]) != _enabled(section.get(ours_key)):
+            found.append(
+                f"{key}.enabled={_enabled(user_config[key])!r} (the plugin needs {ours_key} enabled="
+                f"{_enabled(section.get(ours_key))!r})"
+            )
+    for key in ("torch_autocast", "amp"):
+        if key not in section and _enabled(user_config.get(key)):
+            found.append(f"{key}.enabled=True (the plugin does not use {key}; it needs it disabled)")
+    found.extend(_conflicts(user_config, section, ""))
+    return found
+
+
+def merge_precision_section(
+    user_config: Optional[Mapping[str, Any]], section: Mapping[str, Any], *, owner: str
+) -> dict[str, Any]:
+    """Return a copy of ``user_config`` with the plugin's ``section`` merged in.
+
+    Args:
+        user_config: the DeepSpeed config the user gave (``None`` for none).
+        section: the output of :func:`render_precision_section`.
+        owner: how to name the plugin in errors, e.g. ``"deepspeed:bf16-mixed"``.
+
+    Raises:
+        DeepSpeedConfigConflictError: the user's config contradicts the section; the message names both.
+    """
+    merged: dict[str, Any] = copy.deepcopy(dict(user_config or {}))
+    problems = precision_conflicts(merged, section)
+    if problems:
+        raise DeepSpeedConfigConflictError(
+            f"the DeepSpeed config you passed contradicts the precision plugin {owner}: your config sets "
+            + "; ".join(problems)
+            + ". Remove these keys from your config (the plugin writes its own precision section; fp16 loss scaling "
+            "knobs are arguments of precision_deepspeed.DeepSpeedPrecision), or choose the precision plugin that "
+            "matches your config."
+        )
+    _fill(merged, section)
+    return merged
+
+
+def _fill(target: dict[str, Any], source: Mapping[str, Any]) -> None:
+    for key, value in source.items():
+        if key not in target:
+            target[key] = copy.deepcopy(value)
+        elif isinstance(value, Mapping) and isinstance(target[key], dict):
+            _fill(target[key], value)
+
+
+def apply_gradient_clipping(config: dict[str, Any], gradient_clip_val: Optional[float], *, owner: str) -> None:
+    """Write the Trainer's ``gradient_clip_val`` into ``config["gradient_clipping"]`` (in place).
+
+    ``None`` leaves the config alone. A config that already clips at another value raises
+    :class:`DeepSpeedConfigConflictError` naming both values.
+    """
+    if gradient_clip_val is None:
+        return
+    if "gradient_clipping" in config and float(config["gradient_clipping"]) != float(gradient_clip_val):
+        raise DeepSpeedConfigConflictError(
+            f"the DeepSpeed config you passed sets gradient_clipping={config['gradient_clipping']!r} but the Trainer "
+            f"has gradient_clip_val={gradient_clip_val!r} ({owner} hands clipping to DeepSpeed). Set the value in one "
+            "place only: remove gradient_clipping from the config or gradient_clip_val from the Trainer."
+        )
+    config["gradient_clipping"] = float(gradient_clip_val)

@@ -1,0 +1,260 @@
+"""DeepSpeedPrecision in one process: construction, dtypes, contexts, and the hooks inside a real Trainer.
+
+The hook tests train for real: ``precision_base.Trainer`` with ``accelerator="cpu", devices=1`` builds a
+``DeepSpeedCPUStrategy`` and a real DeepSpeed engine in this process (gloo, world size 1). Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.plugins.precision import DeepSpeedPrecision as LightningDeepSpeedPrecision
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import precision_base
+from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
+from precision_deepspeed.config import DeepSpeedConfigConflictError
+from precision_deepspeed.plugin import DeepSpeedPrecisionError, deepspeed_has_torch_autocast
+
+needs_autocast = pytest.mark.skipif(
+    not deepspeed_has_torch_autocast(), reason="the installed DeepSpeed has no torch_autocast config section"
+)
+
+
+# -- construction -------------------------------------------------------------------------------------------
+def test_is_lightnings_class_by_name_and_by_type() -> None:
+    plugin = DeepSpeedPrecision("bf16-mixed")
+    assert isinstance(plugin, LightningDeepSpeedPrecision)
+    assert type(plugin).__name__ == LightningDeepSpeedPrecision.__name__
+    assert precision_base.resolve("deepspeed:bf16").precision == "bf16-mixed"
+
+
+def test_rejects_unknown_precision_with_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="must be one of 32-true, 16-true, bf16-true, 16-mixed, bf16-mixed"):
+        DeepSpeedPrecision("64-true")
+
+
+def test_loss_scaling_options_only_under_fp16() -> None:
+    plugin = DeepSpeedPrecision("16-mixed", consecutive_hysteresis=True, loss_scale_window=100)
+    fp16 = plugin.precision_section()["fp16"]
+    assert fp16["consecutive_hysteresis"] is True
+    assert fp16["loss_scale_window"] == 100
+    assert precision_base.resolve("deepspeed:16-true", hysteresis=4).precision_section()["fp16"]["hysteresis"] == 4
+    with pytest.raises(ValueError, match="fp16 loss scaling options apply to DeepSpeed's fp16 mode"):
+        DeepSpeedPrecision("bf16-mixed", consecutive_hysteresis=True)
+
+
+@needs_autocast
+def test_torch_autocast_option() -> None:
+    plugin = DeepSpeedPrecision("bf16-mixed", torch_autocast=True)
+    table = plugin.dtypes()
+    assert (table.parameters, table.compute, table.inputs, table.init, table.autocast) == (
+        "float32", "bfloat16", "float32", "float32", "bfloat16",
+    )  # fmt: skip
+    batch = {"x": torch.ones(2)}
+    assert plugin.convert_input(batch)["x"].dtype == torch.float32
+    assert plugin.convert_module(nn.Linear(2, 2)).weight.dtype == torch.float32
+    plugin.bind_device("cpu")
+    a = torch.randn(4, 4)
+    with plugin.forward_context():
+        assert torch.is_autocast_enabled("cpu")
+        assert (a @ a).dtype == torch.bfloat16
+    assert not torch.is_autocast_enabled("cpu")
+    with pytest.raises(ValueError, match="torch_autocast=True needs a mixed precision"):
+        DeepSpeedPrecision("bf16-true", torch_autocast=True)
+
+
+def test_dtypes_are_honest_per_precision() -> None:
+    assert set(dict(DeepSpeedPrecision("32-true").dtypes().rows()).values()) == {"float32", "-"}
+    half = DeepSpeedPrecision("16-true").dtypes()
+    assert (half.parameters, half.compute, half.reduction, half.buffers, half.inputs, half.init) == (
+        "float32", "float16", "float16", "float16", "float16", "float16",
+    )  # fmt: skip
+    mixed = DeepSpeedPrecision("bf16-mixed").dtypes()
+    assert (mixed.parameters, mixed.compute, mixed.reduction, mixed.inputs, mixed.init, mixed.autocast) == (
+        "float32", "bfloat16", "bfloat16", "bfloat16", "float32", None,
+    )  # fmt: skip
+
+
+def test_convert_output_returns_the_default_dtype() -> None:
+    plugin = DeepSpeedPrecision("bf16-true")
+    out = plugin.convert_output((torch.ones(2, dtype=torch.bfloat16), torch.arange(3)))
+    assert out[0].dtype == torch.get_default_dtype()
+    assert out[1].dtype == torch.int64
+
+
+def test_describe_shows_the_config_section() -> None:
+    assert DeepSpeedPrecision("bf16-mixed").describe() == {
+        "DeepSpeed config section": {"fp16": {"enabled": False}, "bf16": {"enabled": True}}
+    }
+
+
+def test_show_command_prints_dtypes_and_section(capsys: pytest.CaptureFixture[str]) -> None:
+    from precision_base.cli import main
+
+    assert main(["show", "deepspeed:16-mixed"]) == 0
+    out = capsys.readouterr().out
+    assert "compute     float16" in out
+    assert "DeepSpeed config section:" in out
+    assert '"consecutive_hysteresis": false' in out
+
+
+def test_pickles_with_options() -> None:
+    plugin = DeepSpeedPrecision("16-mixed", hysteresis=5)
+    clone = pickle.loads(pickle.dumps(plugin))
+    assert clone.precision_section() == plugin.precision_section()
+
+
+# -- choosing the strategy ------------------------------------------------------------------------------------
+def test_auto_on_cpu_gives_the_cpu_strategy_with_the_section_merged() -> None:
+    plugin = DeepSpeedPrecision("bf16-mixed")
+    strategy = plugin.configure_strategy("auto", accelerator="cpu", devices=2)
+    assert type(strategy) is DeepSpeedCPUStrategy
+    assert strategy.config["zero_optimization"]["stage"] == 2
+    assert strategy.config["bf16"] == {"enabled": True}
+    assert strategy.config["fp16"] == {"enabled": False}
+    stage3 = plugin.configure_strategy("deepspeed_stage_3", accelerator="cpu", devices=2)
+    assert stage3.config["zero_optimization"]["stage"] == 3
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "ddp_spawn"])
+def test_incompatible_strategies_say_what_to_pass(strategy: str) -> None:
+    with pytest.raises(precision_base.TrainerConfigurationError) as info:
+        precision_base.Trainer(precision_plugin="deepspeed:bf16-mixed", strategy=strategy, accelerator="cpu")
+    text = str(info.value)
+    assert f"strategy={strategy!r}" in text
+    assert "strategy='auto'" in text
+    assert "'deepspeed_stage_3'" in text
+    assert "DeepSpeedCPUStrategy" in text
+
+
+def test_lightnings_strategy_on_cpu_points_to_ours() -> None:
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    with pytest.raises(
+        precision_base.TrainerConfigurationError, match=r"Pass precision_deepspeed\.DeepSpeedCPUStrategy"
+    ):
+        DeepSpeedPrecision("32-true").configure_strategy(DeepSpeedStrategy(), accelerator="cpu", devices=1)
+
+
+def test_user_config_contradiction_is_an_error_at_trainer_construction() -> None:
+    strategy = DeepSpeedCPUStrategy(config={"fp16": {"enabled": True}, "zero_optimization": {"stage": 1}})
+    with pytest.raises(DeepSpeedConfigConflictError) as info:
+        precision_base.Trainer(precision_plugin="deepspeed:bf16-mixed", strategy=strategy, accelerator="cpu")
+    assert "deepspeed:bf16-mixed" in str(info.value)
+    assert "fp16.enabled=True" in str(info.value)
+
+
+@pytest.mark.skipif(
+    __import__("precision_deepspeed.strategy").strategy.cpu_supports_fp16(), reason="this CPU runs DeepSpeed fp16"
+)
+def test_fp16_on_a_cpu_without_fp16_fails_up_front() -> None:
+    with pytest.raises(precision_base.TrainerConfigurationError, match="DeepSpeed's fp16 mode needs native fp16"):
+        precision_base.Trainer(precision_plugin="deepspeed:16-mixed", accelerator="cpu", devices=2)
+
+
+# -- the hooks, in a real single-process DeepSpeed run --------------------------------------------------------
+class Tiny(pl.LightningModule):
+    def __init__(self, optimizer: str = "adamw") -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+        self.optimizer_name = optimizer
+        self.backward_calls = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        (x,) = batch
+        return self.layer(x).float().pow(2).mean()
+
+    def configure_optimizers(self) -> Any:
+        if self.optimizer_name == "lbfgs":
+            return torch.optim.LBFGS(self.parameters(), lr=0.1)
+        return torch.optim.AdamW(self.parameters(), lr=0.1)
+
+
+class SkipsBackward(Tiny):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        return None
+
+
+class OverridesBackward(Tiny):
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self.backward_calls += 1
+        loss.backward()
+
+
+class ClipsItself(Tiny):
+    def configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: Any = None, gradient_clip_algorithm: Any = None
+    ) -> None:
+        self.clip_gradients(optimizer, gradient_clip_val=0.25, gradient_clip_algorithm="norm")
+
+
+def _fit(model: pl.LightningModule, plugin: Any = "deepspeed:32-true", **kwargs: Any) -> pl.Trainer:
+    trainer = precision_base.Trainer(
+        precision_plugin=plugin, accelerator="cpu", devices=1, max_steps=2, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, **kwargs,
+    )  # fmt: skip
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+    return trainer
+
+
+@pytest.mark.slow
+def test_trains_and_the_clip_value_reaches_deepspeed() -> None:
+    model = Tiny()
+    trainer = _fit(model, "deepspeed:bf16-mixed", gradient_clip_val=0.5)
+    assert trainer.global_step == 2
+    assert trainer.model.gradient_clipping() == 0.5
+    assert trainer.strategy.config["bf16"] == {"enabled": True}
+    assert model.layer.weight.dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_lbfgs_is_rejected() -> None:
+    with pytest.raises(DeepSpeedPrecisionError, match=r"cannot step torch\.optim\.LBFGS") as info:
+        _fit_zero0(Tiny("lbfgs"))
+    assert isinstance(info.value, MisconfigurationException)
+
+
+def _fit_zero0(model: pl.LightningModule) -> pl.Trainer:
+    # without ZeRO, DeepSpeed hands the user's optimizer back as is, so LBFGS reaches optimizer_step
+    return _fit(model, strategy=DeepSpeedCPUStrategy(zero_optimization=False))
+
+
+@pytest.mark.slow
+def test_skipped_backward_is_rejected() -> None:
+    with pytest.raises(DeepSpeedPrecisionError, match=r"training_step returned None \(a skipped backward\)"):
+        _fit(SkipsBackward())
+
+
+@pytest.mark.slow
+def test_backward_override_is_ignored_with_a_warning() -> None:
+    model = OverridesBackward()
+    with pytest.warns(UserWarning, match="overrides LightningModule.backward, but deepspeed:32-true ignores it"):
+        trainer = _fit(model)
+    assert model.backward_calls == 0
+    assert trainer.global_step == 2
+
+
+@pytest.mark.slow
+def test_clip_gradients_with_another_value_warns_that_deepspeed_clips() -> None:
+    # Lightning itself refuses a clip value different from the Trainer's; without one, DeepSpeed's config has 0.0
+    with pytest.warns(
+        UserWarning,
+        match=r"clip_gradients\(clip_val=0.25\) is not applied: DeepSpeed clips by norm at gradient_clipping=0.0",
+    ):
+        _fit(ClipsItself())
+
+
+@pytest.mark.slow
+def test_config_clip_contradicting_the_trainer_is_an_error() -> None:
+    strategy = DeepSpeedCPUStrategy(config={"gradient_clipping": 2.0, "zero_optimization": {"stage": 1}})
+    with pytest.raises(
+        DeepSpeedConfigConflictError, match=r"gradient_clipping=2\.0 but the Trainer has gradient_clip_val=1\.0"
+    ):
+        _fit(Tiny(), strategy=strategy, gradient_clip_val=1.0)

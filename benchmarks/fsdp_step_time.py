@@ -5,7 +5,7 @@
 Runs on CPU in 2 processes under ``ModelParallelStrategy`` (FSDP2, gloo). Both plugins train the same MLP on the same
 data; the model is sharded with ``fully_shard`` in ``configure_model`` (ours through ``plugin.fully_shard``, which
 adds its ``MixedPrecisionPolicy``; the built-in has no FSDP2 policy, so plain ``fully_shard``). Rounds alternate
-ours/built-in so that drift on a shared machine hits both. Step time is the median wall time from
+who goes first (ABBA) so that drift on a shared machine hits both alike. Step time is the median wall time from
 ``on_train_batch_start`` to ``on_train_batch_end`` on rank 0, after ``--warmup`` steps; the output also gives each
 round's median and the ratio of the best rounds (least disturbed by other load). Prints one JSON object.
 
@@ -112,8 +112,9 @@ def main() -> None:
     samples: dict[str, list[float]] = {"precision_fsdp": [], "lightning_builtin": []}
     per_round: dict[str, list[float]] = {"precision_fsdp": [], "lightning_builtin": []}
     rank = 0
-    for _ in range(args.rounds):
-        for name in samples:
+    for i in range(args.rounds):
+        # ABBA order: the machine drifts (caches, other load) over a run; alternating who goes first cancels that
+        for name in list(samples) if i % 2 == 0 else list(samples)[::-1]:
             plugin = FSDPPrecision(args.precision) if name == "precision_fsdp" else BuiltinFSDPPrecision(args.precision)
             times, rank = measure(plugin, args.steps, args.warmup)
             samples[name] += times

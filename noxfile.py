@@ -346,7 +346,9 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict on each package's src/ (with torch, Lightning and DeepSpeed installed for their types)."""
     install_everything(session, "mypy", "pytest")
     for pkg in PACKAGES.values():
-        session.run("mypy", "--strict", str((pkg.path / "src" / pkg.module).relative_to(ROOT)))
+        # strict = true comes from the root pyproject.toml (which also keeps unused ignores quiet: an ignore
+        # needed on one torch version is unused on another); --strict here would override that.
+        session.run("mypy", str((pkg.path / "src" / pkg.module).relative_to(ROOT)))
 
 
 @nox.session(python=PYTHON, tags=["ci", "build"])

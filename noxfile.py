@@ -441,6 +441,22 @@ def _last_lines(text: str, n: int = 6) -> str:
     return " / ".join(lines[-n:])[-600:]
 
 
+def _write_table(session: nox.Session, results: list[dict[str, object]], started: float, planned: int) -> None:
+    from tools.compat import write
+
+    minutes = round((time.monotonic() - started) / 60, 1)
+    listed = len(_matrix_sessions([]))
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": os.environ.get("MATRIX_MACHINE", f"{os.cpu_count()} CPU cores, no GPU, Python {PYTHON}"),
+        "duration_min": minutes,
+        "cells_run": f"{len(results)} of {planned} selected ({listed} cells defined)",
+        "excluded": [f"{m}: {r}" for m, r in EXCLUDED] + AXES_LEFT_OUT,
+        "command": "nox -s matrix" + (" -- " + " ".join(map(repr, session.posargs)) if session.posargs else ""),
+    }
+    write(results, meta, ROOT / "docs" / "compatibility.md", ROOT / "docs" / "compatibility.json")
+
+
 @nox.session(venv_backend="none", tags=["matrix-table"])
 def matrix(session: nox.Session) -> None:
     """Run the matrix cells one by one and write docs/compatibility.md and docs/compatibility.json.
@@ -448,7 +464,7 @@ def matrix(session: nox.Session) -> None:
     ``nox -s matrix`` runs every cell; ``nox -s matrix -- -t fsdp`` or ``-- "torch='2.13'"`` a selection.
     A cell's log is kept in .nox/_reports/<cell>.log. Set MATRIX_CELL_TIMEOUT (seconds, default 1800).
     """
-    from tools.compat import first_failures, junit_counts, write
+    from tools.compat import first_failures, junit_counts
 
     cells = _matrix_sessions(list(session.posargs))
     if not cells:
@@ -499,15 +515,9 @@ def matrix(session: nox.Session) -> None:
             }
         )
         session.log(f"    {status} in {results[-1]['duration_s']} s")
+        _write_table(session, results, started, len(cells))  # after every cell: an interrupted run still shows
+
     minutes = round((time.monotonic() - started) / 60, 1)
-    meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": os.environ.get("MATRIX_MACHINE", f"{os.cpu_count()} CPU cores, no GPU, Python {PYTHON}"),
-        "duration_min": minutes,
-        "excluded": [f"{m}: {r}" for m, r in EXCLUDED] + AXES_LEFT_OUT,
-        "command": "nox -s matrix" + (" -- " + " ".join(session.posargs) if session.posargs else ""),
-    }
-    write(results, meta, ROOT / "docs" / "compatibility.md", ROOT / "docs" / "compatibility.json")
     failed = [r["session"] for r in results if r["status"] in ("failed", "error")]
     session.log(f"{len(results) - len(failed)} of {len(results)} cells did not fail; {minutes} min")
     if failed and os.environ.get("MATRIX_FAIL_ON_RED", "1") == "1":

@@ -62,7 +62,9 @@ def render_markdown(cells: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         f"Generated from a run of the version matrix on {meta.get('date', '?')} "
         f"({meta.get('machine', '?')}); the full run took {meta.get('duration_min', '?')} minutes. "
-        f"**{passed} of {len(cells)} cells passed.** Versions are the ones actually installed in each cell. "
+        f"**{passed} of {len(cells)} cells passed**"
+        + (f" ({meta['cells_run']})" if meta.get("cells_run") else "")
+        + ". Versions are the ones actually installed in each cell. "
         "Cells that fail are listed with the reason, not dropped.",
         "",
     ]

@@ -47,7 +47,7 @@ def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
     md, js = tmp_path / "c.md", tmp_path / "c.json"
     write(cells, {"date": "2025-01-01", "duration_min": 3.5, "excluded": ["a: b"]}, md, js)
     text = md.read_text()
-    assert "**1 of 2 cells passed.**" in text
+    assert "**1 of 2 cells passed**." in text
     row = "| `torch=2.13, lightning=2.6` | ✅ passed | 9 passed, 0 failed, 1 skipped | 2.13.0+cpu | 2.6.6 | - |"
     assert row in text
     assert "| `variant=lowest` | ❌ failed |" in text

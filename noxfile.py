@@ -367,7 +367,7 @@ def build(session: nox.Session) -> None:
     session.run("python", "-m", "tools.changelog", "check", "--all", *([] if strict else ["--allow-unreleased"]))
 
 
-@nox.session(python=PYTHON, tags=["docs"])
+@nox.session(python=PYTHON, tags=["ci", "docs"])
 def docs(session: nox.Session) -> None:
     """mkdocs build --strict into site/ (pages generated from the installed plugins; example plugin tested)."""
     install_everything(session, "mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26", *TEST_DEPS)

@@ -212,7 +212,7 @@ def run_hand(
 
 
 def run(variant: str, precision: str, cfg: TaskConfig, steps: int, warmup: int, **kw: Any) -> dict[str, Any]:
-    """Dispatch: ``ours``, ``ours-lowreduce`` (ours with ``reduce_dtype`` = the compute dtype), ``builtin``, ``hand``."""
+    """Dispatch: ``ours``, ``ours-lowreduce`` (ours, ``reduce_dtype`` = compute dtype), ``builtin``, ``hand``."""
     if variant == "hand":
         return run_hand(precision, cfg, steps, warmup, **kw)
     if variant == "ours-lowreduce":

@@ -1,4 +1,4 @@
-"""Start N training processes on this machine the way ``torchrun`` would, run one function in each, collect rank 0's result.
+"""Start N training processes the way ``torchrun`` would, run one function in each, collect rank 0's result.
 
 Each rank runs ``python -m bench.worker <module:function> <args.json> <out.json>`` with ``MASTER_ADDR``,
 ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK`` and ``NODE_RANK`` set. Lightning then sees processes

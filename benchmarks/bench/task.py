@@ -71,14 +71,17 @@ def build_net(cfg: TaskConfig) -> Net:
         return Net(cfg)
 
 
-def dataset(cfg: TaskConfig, samples: int) -> torch.utils.data.TensorDataset:
-    """``samples`` inputs and teacher labels, the same in every rank and run."""
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    x = torch.randn(samples, cfg.width, generator=gen)
-    teacher_in = torch.randn(cfg.width, 4 * cfg.width, generator=gen) / cfg.width**0.5
-    teacher_out = torch.randn(4 * cfg.width, cfg.classes, generator=gen) / (4 * cfg.width) ** 0.5
-    logits = torch.tanh(x @ teacher_in) @ teacher_out
-    y = logits.argmax(dim=1)
+def dataset(cfg: TaskConfig, samples: int, split: int = 0) -> torch.utils.data.TensorDataset:
+    """``samples`` inputs and their teacher labels, the same in every rank and run.
+
+    The teacher depends on ``cfg.seed`` only; ``split`` picks an independent set of inputs (0: training, 1: held out).
+    """
+    teacher = torch.Generator().manual_seed(cfg.seed + 1)
+    teacher_in = torch.randn(cfg.width, 4 * cfg.width, generator=teacher) / cfg.width**0.5
+    teacher_out = torch.randn(4 * cfg.width, cfg.classes, generator=teacher) / (4 * cfg.width) ** 0.5
+    inputs = torch.Generator().manual_seed(cfg.seed + 2 + split)
+    x = torch.randn(samples, cfg.width, generator=inputs)
+    y = (torch.tanh(x @ teacher_in) @ teacher_out).argmax(dim=1)
     return torch.utils.data.TensorDataset(x, y)
 
 

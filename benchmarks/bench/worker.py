@@ -1,4 +1,4 @@
-"""Entry point of one rank started by :func:`bench.launch.launch`: ``python -m bench.worker module:function args out``."""
+"""One rank started by :func:`bench.launch.launch`: ``python -m bench.worker module:function args out``."""
 
 from __future__ import annotations
 

@@ -71,8 +71,22 @@ _MODULES_HOOK = (
 
 def settings(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"counts": [0, 10], "heavy_counts": [0], "repeats": 2, "heavy_repeats": 1}
-    return {"counts": [0, 1, 10, 100], "heavy_counts": [0], "repeats": 12, "heavy_repeats": 3}
+        return {
+            "counts": [0, 10],
+            "heavy_counts": [0],
+            "repeats": 2,
+            "heavy_repeats": 1,
+            "heavy_commands": ["resolve('fsdp:bf16-mixed')"],
+            "heavy_warmup": False,
+        }
+    return {
+        "counts": [0, 1, 10, 100],
+        "heavy_counts": [0],
+        "repeats": 12,
+        "heavy_repeats": 3,
+        "heavy_commands": list(HEAVY_COMMANDS),
+        "heavy_warmup": True,
+    }
 
 
 def clean_env() -> dict[str, str]:
@@ -123,7 +137,7 @@ def measure(cache: Path, quick: bool) -> dict[str, Any]:
     for n in cfg["counts"]:
         for label in COMMANDS:
             heavy = label in HEAVY_COMMANDS
-            if heavy and n not in cfg["heavy_counts"]:
+            if heavy and (n not in cfg["heavy_counts"] or label not in cfg["heavy_commands"]):
                 continue
             jobs.append((label, n, "process", cfg["heavy_repeats"] if heavy else cfg["repeats"]))
         for label in IN_PROCESS:
@@ -135,7 +149,8 @@ def measure(cache: Path, quick: bool) -> dict[str, Any]:
     for label, n, kind, _ in jobs:  # warm-up, untimed; one heavy run warms the page cache for all heavy ones
         if label not in HEAVY_COMMANDS:
             run_once(pythons[n], code_of(label, kind), env)
-    run_once(pythons[0], COMMANDS["import lightning"], env)
+    if cfg["heavy_warmup"]:
+        run_once(pythons[0], COMMANDS["import lightning"], env)
 
     samples: dict[tuple[str, int, str], list[float]] = {(lb, n, k): [] for lb, n, k, _ in jobs}
     rng = random.Random(0)
@@ -146,7 +161,11 @@ def measure(cache: Path, quick: bool) -> dict[str, Any]:
             wall, out, _ = run_once(pythons[n], code_of(label, kind), env)
             samples[(label, n, kind)].append(wall if kind == "process" else float(out.strip().splitlines()[-1]))
 
-    modules = {label: module_facts(imported_modules(pythons[0], code, env)) for label, code in COMMANDS.items()}
+    modules = {
+        label: module_facts(imported_modules(pythons[0], code, env))
+        for label, code in COMMANDS.items()
+        if label not in HEAVY_COMMANDS or label in cfg["heavy_commands"]
+    }
 
     # the real console script, in the environment running this benchmark (no dummies)
     script = shutil.which("precision-plugins", path=str(Path(sys.executable).parent))

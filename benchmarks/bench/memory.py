@@ -41,7 +41,7 @@ def settings(quick: bool) -> dict[str, Any]:
             "precisions": ["bf16-mixed"],
         }
     return {
-        "task": {"width": 768, "depth": 4, "batch": 8},
+        "task": {"width": 512, "depth": 4, "batch": 8},
         "steps": 3,
         "worlds": [1, 2],
         "configs": CONFIGS,

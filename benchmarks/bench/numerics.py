@@ -47,7 +47,7 @@ QUICK_RUNS = [0, 3, 9, 11]
 
 def settings(quick: bool) -> dict[str, Any]:
     task = {"width": 128, "depth": 2, "batch": 32, "lr": 3e-3}
-    return {"task": task, "steps": 20 if quick else 150, "eval_samples": 256 if quick else 1024}
+    return {"task": task, "steps": 20 if quick else 120, "eval_samples": 256 if quick else 1024}
 
 
 def run_name(run: dict[str, Any]) -> str:

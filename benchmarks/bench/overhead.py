@@ -78,14 +78,26 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
                 walls.setdefault(key, []).append(time.perf_counter() - t0)
                 samples.setdefault(key, []).append(result["times"])
                 losses.setdefault(key, result["losses"])
-    return {"samples": samples, "losses": losses, "order": order, "fit_wall_s": walls}
+    hooks: dict[str, Any] = {}
+    if args.get("hooks"):
+        import os
+
+        import torch.distributed as dist
+
+        from bench import hooks as hook_bench
+
+        if os.environ.get("RANK", "0") == "0":  # one rank measures while the other waits: no CPU contention
+            hooks = hook_bench.measure(args["backend"], list(args["precisions"]), **args["hooks"])
+        if dist.is_initialized():
+            dist.barrier()
+    return {"samples": samples, "losses": losses, "order": order, "fit_wall_s": walls, "hooks": hooks}
 
 
 # ---- in the driver -------------------------------------------------------------------------------------------
 def settings(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"rounds": 1, "steps": 5, "warmup": 1}
-    return {"rounds": 4, "steps": 30, "warmup": 5}
+        return {"rounds": 1, "steps": 5, "warmup": 1, "hooks": {"iterations": 200, "blocks": 3}}
+    return {"rounds": 3, "steps": 30, "warmup": 5, "hooks": {"iterations": 2000, "blocks": 15}}
 
 
 def analyse(raw: dict[str, Any], precisions: dict[str, list[str]]) -> dict[str, Any]:
@@ -136,12 +148,15 @@ def run(
             "precisions": precisions,
             "seed": 0,
             "module": spec["module"],
+            "backend": backend,
         }
         start = time.perf_counter()
         raw = launch("bench.overhead:worker", config, world=2, threads=1, timeout=900, log_dir=log_dir)
         duration = time.perf_counter() - start
         results = analyse(raw, precisions)
         results["_order"] = raw["order"]
+        results["_fit_wall_s"] = raw["fit_wall_s"]
+        results["_hooks"] = raw["hooks"]
         data = envelope(
             f"overhead-{backend}",
             machine=machine,
@@ -209,6 +224,22 @@ def table(backend: str, data: dict[str, Any]) -> str:
         "and its IQR relative to the median; ratios are of medians with a 95% bootstrap interval.\n\n"
         + md_table(header, rows)
     )
+    hooks = results.get("_hooks") or {}
+    if hooks:
+        hook_rows = [
+            [
+                p,
+                f"{h['us_per_step']['ours']['median']:.1f} ({h['us_per_step']['ours']['iqr']:.1f})",
+                f"{h['us_per_step']['builtin']['median']:.1f} ({h['us_per_step']['builtin']['iqr']:.1f})",
+                stats.fmt_ratio(h["ours/builtin"]),
+            ]
+            for p, h in hooks.items()
+        ]
+        body += (
+            "\n\nThe plugin's own per-step Python, alone (`convert_input` + entering/leaving `forward_context` + "
+            "`convert_output`; microseconds per step, IQR; one process, no training):\n\n"
+            + md_table(["precision", "ours us", "built-in us", "ours / built-in"], hook_rows)
+        )
     if data["findings"]:
         body += "\n\nOutside the spread:\n\n" + "\n".join(f"- {f}" for f in data["findings"])
     body += f"\n\n![step times](overhead-{backend}.png)\n"

@@ -7,8 +7,8 @@ checkpoints written by either class resume with the other (Lightning files the p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import torch
@@ -20,6 +20,7 @@ from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 from precision_base import PRECISIONS, InvalidSpecError, PrecisionPlugin, SpecTypeError, normalize_precision
+from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_fsdp.clipping import clip_grad_norm
 from precision_fsdp.policy import DtypePlan, FSDPVersion, dtype_name, parse_dtype
@@ -39,30 +40,6 @@ if TYPE_CHECKING:
     from lightning.pytorch.strategies import Strategy
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
-
-
-@contextmanager
-def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """Make ``dtype`` torch's default floating dtype inside the block; restore the previous one after."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
-def _cast_floating(data: Any, dtype: torch.dtype) -> Any:
-    """Cast every floating-point tensor in a (nested) collection to ``dtype``; leave everything else alone."""
-    if isinstance(data, Tensor):
-        return data.to(dtype) if torch.is_floating_point(data) else data
-    if isinstance(data, Mapping):
-        return type(data)({k: _cast_floating(v, dtype) for k, v in data.items()})  # type: ignore[call-arg]
-    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return type(data)(*(_cast_floating(v, dtype) for v in data))
-    if isinstance(data, (list, tuple)):
-        return type(data)(_cast_floating(v, dtype) for v in data)
-    return data
 
 
 def _cast_unsharded_(module: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -280,27 +257,27 @@ class FSDPPrecision(PrecisionPlugin, _LightningFSDPPrecision):  # type: ignore[m
 
     def tensor_init_context(self) -> AbstractContextManager[None]:
         """Floating tensors created inside are in the storage dtype (fp32 for ``32-true``/``*-mixed``)."""
-        return _default_dtype(self._plan.storage)
+        return default_dtype(self._plan.storage)
 
     def module_init_context(self) -> AbstractContextManager[None]:
         """Parameters of modules created inside are in the storage dtype (fp32 for ``32-true``/``*-mixed``)."""
-        return _default_dtype(self._plan.storage)
+        return default_dtype(self._plan.storage)
 
     def forward_context(self) -> AbstractContextManager[Any]:
         """``*-mixed``: ``torch.autocast`` on :attr:`device_type` (the strategy's device: cuda, cpu, xpu ...) in
         fp16/bf16. ``*-true``: new floating tensors default to the parameter dtype."""
         if self._plan.autocast is not None:
             return torch.autocast(self.device_type, dtype=self._plan.autocast)
-        return _default_dtype(self._plan.storage)
+        return default_dtype(self._plan.storage)
 
     def convert_input(self, data: Any) -> Any:
         """Floating tensors -> fp32 for ``*-mixed`` (autocast and FSDP take it from there), else the parameter
         dtype. Integer tensors are left alone."""
-        return _cast_floating(data, self._plan.inputs)
+        return cast_floating(data, self._plan.inputs)
 
     def convert_output(self, data: Any) -> Any:
         """Floating tensors -> torch's default dtype (fp32 unless changed)."""
-        return _cast_floating(data, torch.get_default_dtype())
+        return cast_floating(data, torch.get_default_dtype())
 
     def pre_backward(self, tensor: Tensor, module: pl.LightningModule) -> Tensor:  # type: ignore[override]
         """Scale the loss (``16-mixed``), then run Lightning's ``on_before_backward`` hooks."""

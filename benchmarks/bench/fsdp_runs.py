@@ -212,10 +212,13 @@ def run_hand(
 
 
 def run(variant: str, precision: str, cfg: TaskConfig, steps: int, warmup: int, **kw: Any) -> dict[str, Any]:
-    """Dispatch: ``ours``, ``ours-lowreduce`` (ours, ``reduce_dtype`` = compute dtype), ``builtin``, ``hand``."""
+    """Dispatch: ``ours``, ``builtin``, ``hand``, and ``ours-lowreduce`` / ``hand-lowreduce`` (``reduce_dtype`` = the
+    compute dtype instead of fp32, for ``*-mixed``)."""
+    low = {"16-mixed": "fp16", "bf16-mixed": "bf16"}.get(precision)
     if variant == "hand":
         return run_hand(precision, cfg, steps, warmup, **kw)
+    if variant == "hand-lowreduce":
+        return run_hand(precision, cfg, steps, warmup, reduce=low, **kw)
     if variant == "ours-lowreduce":
-        low = {"16-mixed": "fp16", "bf16-mixed": "bf16"}[precision]
         return run_lightning("ours", precision, cfg, steps, warmup, reduce=low, **kw)
     return run_lightning(variant, precision, cfg, steps, warmup, **kw)

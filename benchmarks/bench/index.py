@@ -71,9 +71,9 @@ def overhead_rows(data: dict[str, Any], backend: str) -> list[list[str]]:
                 backend,
                 precision,
                 fmt_ms(st["ours"]["median"]),
-                stats.fmt_ratio(r["ours/builtin"]) + f" ({r['ours/builtin']['verdict']})",
-                stats.fmt_ratio(r["ours/hand"]) + f" ({r['ours/hand']['verdict']})",
-                stats.fmt_ratio(r["ours-lowreduce/builtin"]) if "ours-lowreduce/builtin" in r else "-",
+                stats.fmt_ratio_p20(r["ours/builtin"]) + f" ({r['ours/builtin']['verdict']})",
+                stats.fmt_ratio_p20(r["ours/hand"]) + f" ({r['ours/hand']['verdict']})",
+                stats.fmt_ratio_p20(r["ours-lowreduce/builtin"]) if "ours-lowreduce/builtin" in r else "-",
             ]
         )
     return rows

@@ -47,7 +47,7 @@ QUICK_RUNS = [0, 3, 9, 11]
 
 def settings(quick: bool) -> dict[str, Any]:
     task = {"width": 128, "depth": 2, "batch": 32, "lr": 3e-3}
-    return {"task": task, "steps": 20 if quick else 120, "eval_samples": 256 if quick else 1024}
+    return {"task": task, "steps": 20 if quick else 80, "eval_samples": 256 if quick else 1024}
 
 
 def run_name(run: dict[str, Any]) -> str:
@@ -110,6 +110,7 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
                 run["variant"], run["precision"], cfg, steps, 0, options=run.get("options"), extra_config=extra
             )
             weights = _full_weights_deepspeed(res["engine"])
+            run = {**run, "communication_data_type": str(res["engine"].communication_data_type)}
         net = build_net(cfg)
         net.load_state_dict(weights)
         with torch.no_grad():
@@ -132,7 +133,9 @@ def analyse(raw: dict[str, Any]) -> list[dict[str, Any]]:
         tail = losses[-10:]
         entry: dict[str, Any] = {
             "name": run_name(r),
-            **{k: r.get(k) for k in ("backend", "variant", "precision", "reduce", "options")},
+            **{
+                k: r.get(k) for k in ("backend", "variant", "precision", "reduce", "options", "communication_data_type")
+            },
             "final_train_loss": sum(tail) / len(tail),
             "eval_loss": r["eval_loss"],
             "losses": losses,

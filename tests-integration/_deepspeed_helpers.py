@@ -26,10 +26,24 @@ BATCH = 8
 CPU_PRECISIONS = ("32-true", "bf16-true", "bf16-mixed")
 
 
-def run_script(args: list[str], out: Path, timeout: float = 300) -> dict[str, Any]:
+def extensions_dir() -> str:
+    """A torch-extensions folder of this DeepSpeed version's own.
+
+    DeepSpeed compiles its CPU shared-memory op on first use into ``TORCH_EXTENSIONS_DIR``; environments with other
+    DeepSpeed versions sharing the default folder rebuild it over each other (seen: a module of another version
+    loaded, lacking ``vector_kernel_level``).
+    """
+    from importlib import metadata
+
+    version = metadata.version("deepspeed")
+    return str(Path.home() / ".cache" / "torch_extensions" / f"deepspeed-{version}")
+
+
+def run_script(args: list[str], out: Path, timeout: float = 600) -> dict[str, Any]:
     """Run this file as a script with ``args`` and return the JSON it wrote to ``out``."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
     env.pop("LOCAL_RANK", None)
     cmd = [sys.executable, str(Path(__file__)), *args, "--out", str(out)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(out.parent))

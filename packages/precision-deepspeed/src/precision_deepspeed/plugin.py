@@ -25,12 +25,12 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision as _LightningDeepSpeedPrecision
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 from lightning.pytorch.utilities.model_helpers import is_overridden
-from lightning_utilities import apply_to_collection
 from torch import Tensor
 from torch.nn import Module
 from torch.optim import LBFGS, Optimizer
 
 from precision_base import DtypeTable, PrecisionPlugin, PrecisionPluginError
+from precision_base.casting import cast_floating
 from precision_base.spec import PRECISIONS
 from precision_deepspeed.config import (
     AUTOCAST_PRECISIONS,
@@ -268,11 +268,11 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
         """Cast floating tensors in ``data`` to the dtype the engine computes in (none under ``torch_autocast``)."""
         if self.torch_autocast:
             return data
-        return apply_to_collection(data, Tensor, _cast_floating, self._desired_dtype)
+        return cast_floating(data, self._desired_dtype)
 
     def convert_output(self, data: Any) -> Any:
         """Cast floating tensors in ``data`` back to the default dtype (``torch.get_default_dtype()``)."""
-        return apply_to_collection(data, Tensor, _cast_floating, torch.get_default_dtype())
+        return cast_floating(data, torch.get_default_dtype())
 
     def tensor_init_context(self) -> AbstractContextManager[Any]:
         """``*-true``: create floating tensors in the precision's dtype; otherwise in the default dtype."""
@@ -399,10 +399,6 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
         state = dict(self.__dict__)
         state["_warned"] = set()
         return state
-
-
-def _cast_floating(tensor: Tensor, dtype: torch.dtype) -> Tensor:
-    return tensor.to(dtype) if torch.is_floating_point(tensor) else tensor
 
 
 __all__ = ["DeepSpeedPrecision", "DeepSpeedPrecisionError", "deepspeed_has_torch_autocast"]

@@ -117,5 +117,6 @@ def parse_spec(spec: object) -> PluginSpec:
     try:
         canonical = normalize_precision(precision)
     except InvalidSpecError as exc:
-        raise InvalidSpecError(f"in {spec!r}: {exc}; {GRAMMAR}") from None
+        # the precision error already lists the valid precisions; add the shape of the name, not the whole grammar
+        raise InvalidSpecError(f'in {spec!r}: {exc}; expected "<backend>:<precision>"') from None
     return PluginSpec(backend=backend, precision=canonical)

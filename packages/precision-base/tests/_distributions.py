@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
-import sys
+import tempfile
 import textwrap
 import venv
 from pathlib import Path
@@ -70,11 +71,36 @@ def write_distribution(
     return project
 
 
+@functools.lru_cache(maxsize=1)
+def _build_python() -> Path:
+    """A small venv holding a current hatchling, made once per test run.
+
+    The environment under test may hold old build tools (the ``lowest`` matrix cell pins packaging to its floor,
+    which drags hatchling back to a release that builds these projects wrongly), so wheels are built elsewhere.
+    """
+    root = Path(tempfile.mkdtemp(prefix="precision-build-")) / "env"
+    venv.EnvBuilder(with_pip=True).create(root)
+    python = root / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "hatchling>=1.26"], check=True)
+    return python
+
+
 def build_wheel(project: Path, out: Path) -> Path:
-    """Build ``project`` into a wheel in ``out`` with this interpreter's hatchling (no network)."""
+    """Build ``project`` into a wheel in ``out`` with a current hatchling."""
     before = set(out.glob("*.whl"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(project)],
+        [
+            str(_build_python()),
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(project),
+        ],
         check=True,
     )
     (wheel,) = set(out.glob("*.whl")) - before

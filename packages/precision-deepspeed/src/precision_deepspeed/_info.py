@@ -7,6 +7,6 @@ INFO = PluginInfo(
     precisions=("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"),
     plugin_class="precision_deepspeed.plugin:DeepSpeedPrecision",
     strategy="lightning.pytorch.strategies.DeepSpeedStrategy (GPUs) or precision_deepspeed.DeepSpeedCPUStrategy (CPU)",
-    requires=("torch>=2.6", "lightning>=2.5", "deepspeed>=0.16"),
+    requires=("torch>=2.13", "lightning>=2.5", "deepspeed>=0.16"),
     summary="DeepSpeed engine precision with a plugin-owned config section; runs on CPU too",
 )

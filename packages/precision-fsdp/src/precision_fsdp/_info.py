@@ -7,6 +7,6 @@ INFO = PluginInfo(
     precisions=("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"),
     plugin_class="precision_fsdp.plugin:FSDPPrecision",
     strategy="lightning.pytorch.strategies.FSDPStrategy (FSDP1) or ModelParallelStrategy (FSDP2)",
-    requires=("torch>=2.6", "lightning>=2.5"),
+    requires=("torch>=2.13", "lightning>=2.5"),
     summary="FSDP1 MixedPrecision and FSDP2 MixedPrecisionPolicy, autocast on any device, fp32 reduction",
 )

@@ -77,8 +77,11 @@ class FSDPPrecision(PrecisionPlugin, _LightningFSDPPrecision):  # type: ignore[m
             ``None`` builds the right kind for the FSDP version and device when the plugin is connected.
         reduce_dtype: dtype gradients are reduce-scattered in (``torch.float32``/``"fp32"``, ``"bf16"``,
             ``"fp16"``). Default: fp32 for ``*-mixed`` and ``32-true``, the parameter dtype for ``*-true``.
-        init_scale, growth_factor, backoff_factor, growth_interval: settings of the default ``16-mixed`` scaler,
+        init_scale: the default ``16-mixed`` scaler's starting scale. This and the three settings below are
             reachable by name through ``precision_base.resolve("fsdp:16-mixed", init_scale=...)``.
+        growth_factor: factor the default scaler multiplies its scale by after ``growth_interval`` clean steps.
+        backoff_factor: factor the default scaler multiplies its scale by after a step with inf/NaN gradients.
+        growth_interval: number of consecutive clean steps before the default scaler grows its scale.
 
     Raises:
         ValueError: unsupported ``precision``; a scaler or scaler options for a precision that does not scale;

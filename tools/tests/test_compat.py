@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.compat import first_failures, junit_counts, write
+from tools.compat import README_END, README_START, first_failures, junit_counts, update_readme, write
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="1" skipped="2" tests="10">
@@ -23,9 +23,12 @@ def test_junit_counts_and_failures(tmp_path: Path) -> None:
     assert first_failures(path) == ["tests.test_a::test_bad: AssertionError: bf16 expected"]
 
 
-def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
-    versions = {"torch": "2.13.0+cpu", "lightning": "2.6.6", "deepspeed": None, "precision-base": "0.1.0"}
-    cells = [
+VERSIONS = {"torch": "2.13.0+cpu", "lightning": "2.6.6", "deepspeed": None, "precision-base": "0.1.0"}
+
+
+def _cells() -> list[dict[str, object]]:
+    versions = VERSIONS
+    return [
         {
             "session": "tests-precision_fsdp(torch='2.13', lightning='2.6')",
             "package": "precision-fsdp",
@@ -44,6 +47,10 @@ def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
             "tests": None,
         },
     ]
+
+
+def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
+    cells = _cells()
     md, js = tmp_path / "c.md", tmp_path / "c.json"
     write(cells, {"date": "2025-01-01", "duration_min": 3.5, "excluded": ["a: b"]}, md, js)
     text = md.read_text()
@@ -54,3 +61,22 @@ def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
     assert "- `tests-precision_fsdp(lowest)`: test_x: boom" in text
     assert "- a: b" in text
     assert json.loads(js.read_text())["cells"][1]["status"] == "failed"
+
+
+def test_package_readme_gets_its_own_rows_between_markers(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# precision-fsdp\n\nIntro.\n")
+    update_readme(readme, _cells(), {"date": "2025-01-01", "machine": "2 cores"})  # type: ignore[arg-type]
+    first = readme.read_text()
+    assert first.startswith("# precision-fsdp\n\nIntro.\n\n## Compatibility\n\n" + README_START)
+    assert "1 of 2 cells passed" in first
+    assert "| `variant=lowest` | ❌ failed |" in first
+    assert first.rstrip().endswith(README_END)
+    # a second run replaces the block instead of appending another one
+    readme.write_text(first + "\nAfter.\n")
+    update_readme(readme, _cells()[:1], {"date": "2025-02-02", "machine": "2 cores"})  # type: ignore[arg-type]
+    second = readme.read_text()
+    assert second.count(README_START) == 1
+    assert "1 of 1 cells passed" in second
+    assert "variant=lowest" not in second
+    assert second.endswith("\nAfter.\n")

@@ -111,7 +111,12 @@ def run_lightning(
             **extra,
         )
         trainer.fit(module, loader(cfg, warmup + steps, int(os.environ["RANK"]), world))
-    result = {"times": max_across_ranks(clock.intervals(warmup)), "losses": losses, "engine": trainer.model}
+    result = {
+        "times": max_across_ranks(clock.intervals(warmup)),
+        "cpu_times": max_across_ranks(clock.cpu_intervals(warmup)),
+        "losses": losses,
+        "engine": trainer.model,
+    }
     del trainer
     gc.collect()
     return result
@@ -162,7 +167,12 @@ def run_hand(
             on_step(engine, engine.optimizer)
         engine.step()
     clock.tick()
-    result = {"times": max_across_ranks(clock.intervals(warmup)), "losses": losses, "engine": engine}
+    result = {
+        "times": max_across_ranks(clock.intervals(warmup)),
+        "cpu_times": max_across_ranks(clock.cpu_intervals(warmup)),
+        "losses": losses,
+        "engine": engine,
+    }
     gc.collect()
     return result
 

@@ -267,7 +267,8 @@ def table(data: dict[str, Any]) -> str:
         return ", ".join(names) if len(names) <= 6 else f"{len(names)} packages"
 
     mod_rows = [
-        [f"`{label}`", f["modules"], ", ".join(f["heavy"]) or "none", third(f)] for label, f in res["modules"].items()
+        [f"`{label}`", f["modules"], ", ".join(f["heavy"]) or "none", third(f)]
+        for label, f in sorted(res["modules"].items(), key=lambda kv: list(COMMANDS).index(kv[0]))
     ]
     s = data["config"]["settings"]
     console = res.get("console_script_list_s")

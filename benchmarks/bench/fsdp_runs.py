@@ -142,7 +142,12 @@ def run_lightning(
             **extra,
         )
         trainer.fit(module, loader(cfg, warmup + steps, int(os.environ["RANK"]), world))
-    return {"times": max_across_ranks(clock.intervals(warmup)), "losses": losses, "module": module}
+    return {
+        "times": max_across_ranks(clock.intervals(warmup)),
+        "cpu_times": max_across_ranks(clock.cpu_intervals(warmup)),
+        "losses": losses,
+        "module": module,
+    }
 
 
 def hand_policy(precision: str, reduce: str | None) -> tuple[Any, torch.dtype]:
@@ -208,7 +213,12 @@ def run_hand(
             opt.step()
         opt.zero_grad(set_to_none=True)
     clock.tick()
-    return {"times": max_across_ranks(clock.intervals(warmup)), "losses": losses, "module": net}
+    return {
+        "times": max_across_ranks(clock.intervals(warmup)),
+        "cpu_times": max_across_ranks(clock.cpu_intervals(warmup)),
+        "losses": losses,
+        "module": net,
+    }
 
 
 def run(variant: str, precision: str, cfg: TaskConfig, steps: int, warmup: int, **kw: Any) -> dict[str, Any]:

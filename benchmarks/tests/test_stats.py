@@ -60,3 +60,15 @@ def test_ratio_is_deterministic_and_reports_rounds():
 def test_fmt_ratio():
     assert stats.fmt_ratio({"ratio": 1.0, "ci95": [0.9, 1.1]}) == "1.000 [0.900, 1.100]"
     assert not math.isnan(stats.median([1.0, 2.0]))
+
+
+def test_rounds_that_disagree_veto_a_verdict():
+    base = [1.0 + 0.01 * (i % 5) for i in range(30)]
+    slow = [1.5 * x for x in base]
+    # pooled, a is clearly slower; but one round says the opposite
+    rounds_a = [slow[:10], slow[10:20], [0.5 * x for x in base[:10]]]
+    rounds_b = [base[:10], base[10:20], base[20:]]
+    r = stats.ratio(slow, base, rounds_a=rounds_a, rounds_b=rounds_b)
+    assert r["verdict"] == "same within spread (rounds disagree)"
+    assert stats.ratio(slow, base, rounds_a=[slow[:10]], rounds_b=[base[:10]])["verdict"] == "slower"
+    assert "p20" in r

@@ -261,3 +261,24 @@ def test_module_level_api_uses_the_default_registry(dummy_registered: type) -> N
     assert isinstance(precision_base.resolve("dummy:32"), dummy_registered)
     assert precision_base.get_plugin_class("dummy") is dummy_registered
     assert precision_base.get_entry("dummy").distribution == "precision-dummy"
+
+
+def test_installed_versions_are_read_once_per_discovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = metadata.version
+
+    def counting(name: str) -> str:
+        calls.append(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", counting)
+    reg = Registry(group=EMPTY_GROUP)
+    reg.clear_cache()
+    for i in range(5):
+        reg.register(dummy_info(backend=f"needs{i}", requires=("packaging>=20",)))
+    assert [e.status for e in reg.entries()] == ["ok"] * 5
+    assert [e.status for e in reg.entries()] == ["ok"] * 5
+    assert calls == ["packaging"], "one metadata read for five plugins listed twice"
+    reg.clear_cache()
+    reg.entries()
+    assert calls == ["packaging", "packaging"], "clear_cache() forgets installed versions"

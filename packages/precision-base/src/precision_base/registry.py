@@ -18,8 +18,7 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import metadata
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from precision_base.contract import CONTRACT_VERSION, PluginInfo, PrecisionPlugin
 from precision_base.errors import (
@@ -32,8 +31,11 @@ from precision_base.errors import (
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
-from precision_base.requirements import unmet_requirements
+from precision_base.requirements import installed_version, unmet_requirements
 from precision_base.spec import PluginSpec, parse_spec
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 ENTRY_POINT_GROUP = "precision_base.plugins"
 DISABLE_ENV_VAR = "PRECISION_PLUGINS_DISABLE"
@@ -123,6 +125,8 @@ class Registry:
     def _discover(self) -> dict[str, list[_Candidate]]:
         with self._lock:
             if self._installed is None:
+                from importlib import metadata  # imported on first discovery: `import precision_base` stays cheap
+
                 found: dict[str, list[_Candidate]] = {}
                 for ep in metadata.entry_points(group=self._group):
                     dist_obj = ep.dist
@@ -315,11 +319,12 @@ class Registry:
             self._import_failures.pop(backend, None)
 
     def clear_cache(self) -> None:
-        """Forget discovered entry points and imported classes; the next call discovers again."""
+        """Forget discovered entry points, installed versions and imported classes; the next call discovers again."""
         with self._lock:
             self._installed = None
             self._classes.clear()
             self._import_failures.clear()
+            installed_version.cache_clear()
 
 
 _default = Registry()

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from importlib import metadata
+import functools
+from typing import Optional
 
-from packaging.requirements import InvalidRequirement, Requirement
+
+@functools.cache
+def installed_version(name: str) -> Optional[str]:
+    """The installed version of distribution ``name``, or ``None``; cached, since reading metadata is slow.
+
+    :func:`precision_base.clear_cache` forgets what was cached.
+    """
+    from importlib import metadata  # imported on first use: `import precision_base` stays cheap
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def unmet_requirements(requires: tuple[str, ...]) -> list[str]:
@@ -13,6 +26,9 @@ def unmet_requirements(requires: tuple[str, ...]) -> list[str]:
     Requirements whose environment marker does not apply are ignored. Pre-releases and local versions
     (``2.13.0+cpu``) count as satisfying a floor.
     """
+    # packaging is imported here, not at module level: `import precision_base` stays cheap
+    from packaging.requirements import InvalidRequirement, Requirement
+
     problems: list[str] = []
     for text in requires:
         try:
@@ -22,11 +38,9 @@ def unmet_requirements(requires: tuple[str, ...]) -> list[str]:
             continue
         if req.marker is not None and not req.marker.evaluate():
             continue
-        try:
-            installed = metadata.version(req.name)
-        except metadata.PackageNotFoundError:
+        installed = installed_version(req.name)
+        if installed is None:
             problems.append(f"needs {req}, which is not installed")
-            continue
-        if req.specifier and not req.specifier.contains(installed, prereleases=True):
+        elif req.specifier and not req.specifier.contains(installed, prereleases=True):
             problems.append(f"needs {req}, found {req.name} {installed}")
     return problems

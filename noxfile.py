@@ -473,7 +473,17 @@ def _explain(results: list[dict[str, object]]) -> list[dict[str, object]]:
     return out
 
 
-def _write_table(session: nox.Session, results: list[dict[str, object]], started: float, planned: int) -> None:
+def _merged(results: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The cells of the committed table, with those in ``results`` replaced (same session) or added."""
+    old = json.loads((ROOT / "docs" / "compatibility.json").read_text())["cells"]
+    fresh = {str(r["session"]): r for r in results}
+    kept = [fresh.pop(str(c["session"]), c) for c in old]
+    return kept + list(fresh.values())
+
+
+def _write_table(
+    session: nox.Session, results: list[dict[str, object]], started: float, planned: int, merge: bool = False
+) -> None:
     from tools.compat import write
 
     minutes = round((time.monotonic() - started) / 60, 1)
@@ -482,11 +492,17 @@ def _write_table(session: nox.Session, results: list[dict[str, object]], started
         "date": time.strftime("%Y-%m-%d"),
         "machine": os.environ.get("MATRIX_MACHINE", f"{os.cpu_count()} CPU cores, no GPU, Python {PYTHON}"),
         "duration_min": minutes,
-        "cells_run": f"{len(results)} of {planned} selected cells ran; {listed} are defined",
+        "cells_run": f"{len(results)} of {planned} selected cells ran; {listed} are defined"
+        + ("; the other cells are from the previous run (merged with --merge)" if merge else ""),
         "excluded": [f"{m}: {r}" for m, r in EXCLUDED] + AXES_LEFT_OUT,
         "command": "nox -s matrix" + (" -- " + " ".join(map(repr, session.posargs)) if session.posargs else ""),
     }
-    write(_explain(results), meta, ROOT / "docs" / "compatibility.md", ROOT / "docs" / "compatibility.json")
+    write(
+        _explain(_merged(results) if merge else results),
+        meta,
+        ROOT / "docs" / "compatibility.md",
+        ROOT / "docs" / "compatibility.json",
+    )
 
 
 @nox.session(name="matrix-table", venv_backend="none")
@@ -505,11 +521,13 @@ def matrix(session: nox.Session) -> None:
     """Run the matrix cells one by one and write docs/compatibility.md and docs/compatibility.json.
 
     ``nox -s matrix`` runs every cell; ``nox -s matrix -- -t fsdp`` or ``-- "torch='2.13'"`` a selection.
+    ``--merge`` keeps the other cells of the committed table and replaces only the cells that ran.
     A cell's log is kept in .nox/_reports/<cell>.log. Set MATRIX_CELL_TIMEOUT (seconds, default 1800).
     """
     from tools.compat import first_failures, junit_counts
 
-    cells = _matrix_sessions(list(session.posargs))
+    merge = "--merge" in session.posargs
+    cells = _matrix_sessions([a for a in session.posargs if a != "--merge"])
     if not cells:
         session.error(f"no matrix cell matches {session.posargs}")
     timeout = int(os.environ.get("MATRIX_CELL_TIMEOUT", "1800"))
@@ -558,7 +576,7 @@ def matrix(session: nox.Session) -> None:
             }
         )
         session.log(f"    {status} in {results[-1]['duration_s']} s")
-        _write_table(session, results, started, len(cells))  # after every cell: an interrupted run still shows
+        _write_table(session, results, started, len(cells), merge)  # after every cell: an interrupted run still shows
 
     minutes = round((time.monotonic() - started) / 60, 1)
     failed = [r["session"] for r in results if r["status"] in ("failed", "error")]

@@ -66,24 +66,8 @@ EXCLUDED: list[tuple[dict[str, str], str]] = []
 
 # Why a cell fails, where someone looked: shown next to the cell's first failures in the compatibility table.
 EXPLAINED_FAILURES: dict[str, str] = {
-    "tests-precision_base(lowest)": (
-        "not precision-base's code: packaging==22 (its floor) holds hatchling back to 1.22.5, and the tests build "
-        "their fixture plugin wheels with that hatchling (--no-build-isolation), which leaves the package out of "
-        "those wheels (only .dist-info), so every installed-plugin test sees ModuleNotFoundError. Fix in the "
-        "tests' fixture build, or raise the packaging floor."
-    ),
-    "tests-precision_fsdp(lowest)": (
-        "precision-fsdp's declared floor torch>=2.6 is too low: torch 2.6's FSDP2 all-gather calls "
-        "Stream.record_event, which CPU streams lack there, and test_reduce_dtype_by_dtype_or_name gets None "
-        "where it expects bfloat16. Raise the torch floor in precision-fsdp's metadata to the lowest torch "
-        "that passes (2.13 is the lowest tested green)."
-    ),
-    "tests-precision_deepspeed(lowest)": (
-        "the floors deepspeed==0.16.0 with torch==2.6.0 cannot be imported on a machine without a GPU: torch 2.6's "
-        "PyPI wheel brings triton, and DeepSpeed 0.16.0 applies triton.autotune at import time, which raises "
-        "'0 active drivers' without a GPU driver. Raise the DeepSpeed (and torch) floors in precision-deepspeed's "
-        "metadata to the lowest tested green (DeepSpeed 0.17 with torch 2.13), or run this cell on a GPU machine."
-    ),
+    # session name -> why it fails. Empty: the three `lowest` cells failed until the plugins' torch floor was raised
+    # to 2.13 and the base tests built their fixture wheels with a current hatchling (see git history).
 }
 
 # Axes left out on purpose (not pairs, whole axes), shown in the compatibility table.

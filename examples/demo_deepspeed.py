@@ -9,9 +9,9 @@ precision section of the DeepSpeed config the engine was built with, and the eng
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
+
+from _demo_runner import main, print_plugin, train_in_child
 
 PRECISIONS = ("bf16-mixed", "32-true")
 SECTION_KEYS = ("fp16", "bf16", "torch_autocast")
@@ -77,37 +77,15 @@ def _train(precision: str) -> None:
         )
 
 
-def _print_plugin(precision: str) -> None:
-    import precision_base
-
-    plugin = precision_base.resolve(f"deepspeed:{precision}")
-    table = plugin.dtypes()
-    print(f"\n== deepspeed:{precision} -> {type(plugin).__module__}.{type(plugin).__qualname__}")
-    for role, dtype in table.rows():
-        print(f"   {role:<11} {dtype}")
-    for note in table.notes:
-        print(f"   note: {note}")
-    print(f"   DeepSpeed config section: {json.dumps(plugin.precision_section(), sort_keys=True)}")
-
-
 def run() -> None:
     """Train with ``deepspeed:bf16-mixed`` and ``deepspeed:32-true`` on CPU (2 processes each); print what was used."""
     for precision in PRECISIONS:
-        _print_plugin(precision)
-        proc = subprocess.run(
-            [sys.executable, __file__, "--train", precision], capture_output=True, text=True, timeout=900
+        print_plugin(
+            f"deepspeed:{precision}",
+            lambda plugin: [f"DeepSpeed config section: {json.dumps(plugin.precision_section(), sort_keys=True)}"],
         )
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("[deepspeed:")]
-        print("\n".join(f"   {line}" for line in lines))
-        if proc.returncode != 0:
-            raise RuntimeError(f"deepspeed:{precision} demo training failed:\n{proc.stderr[-3000:]}")
+        train_in_child(__file__, "deepspeed", precision, timeout=900)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--train":
-        import warnings
-
-        warnings.filterwarnings("ignore")
-        _train(sys.argv[2])
-    else:
-        run()
+    main(_train, run)

@@ -7,9 +7,9 @@ it finds in ``sys.argv``, so the training has to be its own script rather than c
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
+
+from _demo_runner import main, print_plugin, train_in_child
 
 PRECISIONS = ("bf16-mixed", "32-true")
 
@@ -71,36 +71,12 @@ def _train(precision: str) -> None:
         )
 
 
-def _print_plugin(precision: str) -> None:
-    import precision_base
-
-    plugin = precision_base.resolve(f"fsdp:{precision}")
-    table = plugin.dtypes()
-    print(f"\n== fsdp:{precision} -> {type(plugin).__module__}.{type(plugin).__qualname__} {plugin!r}")
-    for role, dtype in table.rows():
-        print(f"   {role:<11} {dtype}")
-    for note in table.notes:
-        print(f"   note: {note}")
-
-
 def run() -> None:
     """Train with ``fsdp:bf16-mixed`` and ``fsdp:32-true`` on CPU (2 processes each) and print the dtype tables."""
     for precision in PRECISIONS:
-        _print_plugin(precision)
-        proc = subprocess.run(
-            [sys.executable, __file__, "--train", precision], capture_output=True, text=True, timeout=600
-        )
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("[fsdp:")]
-        print("\n".join(f"   {line}" for line in lines))
-        if proc.returncode != 0:
-            raise RuntimeError(f"fsdp:{precision} demo training failed:\n{proc.stderr[-3000:]}")
+        print_plugin(f"fsdp:{precision}")
+        train_in_child(__file__, "fsdp", precision, timeout=600)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--train":
-        import warnings
-
-        warnings.filterwarnings("ignore")
-        _train(sys.argv[2])
-    else:
-        run()
+    main(_train, run)

@@ -28,6 +28,7 @@ from bench.task import (
     build_net,
     ensure_process_group,
     lightning_clock_callback,
+    lightning_module,
     lightning_trainer_kwargs,
     loader,
     loss_fn,
@@ -37,27 +38,7 @@ from bench.task import (
 
 
 def _lightning_module(cfg: TaskConfig, losses: list[float], on_step: Callable[..., None] | None) -> Any:
-    from lightning.pytorch import LightningModule
-
-    class DeepSpeedBenchModule(LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = build_net(cfg)
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = loss_fn(self.net(x), y)
-            losses.append(float(loss.detach()))
-            return loss
-
-        def on_before_optimizer_step(self, optimizer: Any) -> None:
-            if on_step is not None:
-                on_step(self, optimizer)
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.AdamW(self.parameters(), lr=cfg.lr)
-
-    return DeepSpeedBenchModule()
+    return lightning_module(cfg, losses, on_step)
 
 
 def strategy(stage: int, batch: int, extra_config: dict[str, Any] | None = None) -> Any:

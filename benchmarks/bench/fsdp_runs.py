@@ -29,6 +29,7 @@ from bench.task import (
     build_net,
     ensure_process_group,
     lightning_clock_callback,
+    lightning_module,
     lightning_trainer_kwargs,
     loader,
     loss_fn,
@@ -40,33 +41,13 @@ Sharder = Callable[[torch.nn.Module, Any], Any]
 
 
 def _lightning_module(cfg: TaskConfig, shard: Sharder, losses: list[float], on_step: Callable[..., None] | None) -> Any:
-    from lightning.pytorch import LightningModule
+    def configure_model(module: Any) -> None:
+        mesh = module.device_mesh["data_parallel"]
+        for block in module.net.blocks:
+            shard(block, mesh)
+        shard(module.net, mesh)
 
-    class FSDPBenchModule(LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = build_net(cfg)
-
-        def configure_model(self) -> None:
-            mesh = self.device_mesh["data_parallel"]
-            for block in self.net.blocks:
-                shard(block, mesh)
-            shard(self.net, mesh)
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = loss_fn(self.net(x), y)
-            losses.append(float(loss.detach()))
-            return loss
-
-        def on_before_optimizer_step(self, optimizer: Any) -> None:
-            if on_step is not None:
-                on_step(self, optimizer)
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.AdamW(self.parameters(), lr=cfg.lr)
-
-    return FSDPBenchModule()
+    return lightning_module(cfg, losses, on_step, configure_model)
 
 
 def _strategy(world: int) -> Any:

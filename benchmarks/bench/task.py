@@ -136,6 +136,44 @@ def lightning_clock_callback(clock: StepClock) -> Any:
     return _Clock()
 
 
+def lightning_module(
+    cfg: TaskConfig,
+    losses: list[float],
+    on_step: Any = None,
+    configure_model: Any = None,
+) -> Any:
+    """The LightningModule every Lightning variant trains: ``build_net(cfg)``, AdamW, losses appended to ``losses``.
+
+    ``on_step(module, optimizer)`` runs before each optimizer step; ``configure_model(module)`` (FSDP2's sharding)
+    runs in Lightning's ``configure_model`` hook.
+    """
+    from lightning.pytorch import LightningModule
+
+    class BenchModule(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = build_net(cfg)
+
+        def configure_model(self) -> None:
+            if configure_model is not None:
+                configure_model(self)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = loss_fn(self.net(x), y)
+            losses.append(float(loss.detach()))
+            return loss
+
+        def on_before_optimizer_step(self, optimizer: Any) -> None:
+            if on_step is not None:
+                on_step(self, optimizer)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=cfg.lr)
+
+    return BenchModule()
+
+
 def lightning_trainer_kwargs(steps: int, root: str) -> dict[str, Any]:
     """Trainer arguments that switch off everything a benchmark does not measure."""
     return dict(

@@ -10,18 +10,23 @@ import torch
 import torch.distributed as dist
 
 
-@pytest.fixture(scope="module")
-def world_of_one(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A real single-process gloo process group, so FSDP2 (``fully_shard``) and DTensors work in one process."""
+def single_process_group(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[None]:
+    """Body of a fixture: a real one-rank process group on ``backend``, unless one already exists."""
     if dist.is_initialized():
         yield
         return
     store = Path(tmp_path_factory.mktemp("pg")) / "store"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=0, world_size=1)
     try:
         yield
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A real single-process gloo process group, so FSDP2 (``fully_shard``) and DTensors work in one process."""
+    yield from single_process_group(tmp_path_factory, "gloo")
 
 
 @pytest.fixture

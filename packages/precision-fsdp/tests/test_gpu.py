@@ -5,12 +5,10 @@ raises "FSDP needs a non-CPU accelerator device"). The 2-GPU Trainer runs live i
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-from conftest import mlp
+from conftest import mlp, single_process_group
 from lightning.pytorch.plugins.precision import FSDPPrecision as BuiltinFSDPPrecision
 
 from precision_fsdp import FSDPPrecision
@@ -23,15 +21,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cuda_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    if dist.is_initialized():
-        yield
-        return
-    store = Path(tmp_path_factory.mktemp("pg")) / "store"
-    dist.init_process_group("nccl", init_method=f"file://{store}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+    yield from single_process_group(tmp_path_factory, "nccl")
 
 
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])

@@ -19,10 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
-from precision_base.errors import InvalidPluginInfoError
-from precision_base.spec import PRECISIONS
+from precision_base.errors import InvalidPluginInfoError, InvalidSpecError, SpecTypeError, UnsupportedPrecisionError
+from precision_base.spec import PRECISIONS, normalize_precision
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import torch
     from lightning.pytorch.strategies import Strategy
 
@@ -130,18 +132,91 @@ def _device_of(model: Any) -> Any:
     return device
 
 
+class _LightningRoot:
+    """Descriptor behind :attr:`PrecisionPlugin.lightning`: works on the class and on instances."""
+
+    def __get__(self, instance: object, owner: type) -> ModuleType:
+        from precision_base.namespaces import lightning_root, namespace_of
+
+        namespace = namespace_of(owner)
+        if namespace is None:
+            raise AttributeError(
+                f"{owner.__qualname__} has no Lightning base class, so it belongs to no Lightning namespace; "
+                "only a concrete plugin class (implementation mixin + a Lightning Precision class) has one"
+            )
+        return lightning_root(namespace)
+
+
 class PrecisionPlugin:
     """Mixin every plugin class inherits next to Lightning's ``Precision``.
 
     Class attributes ``backend`` and ``precisions`` must match the plugin's :class:`PluginInfo`; the
     conformance kit checks that they do.
+
+    A plugin package writes all its code in an implementation mixin deriving from this class only (it reaches
+    Lightning's methods through ``super()`` and namespace-specific classes through :attr:`lightning`), and a
+    concrete class that only lists bases: ``class FSDPPrecision(FSDPPrecisionImpl, lightning.pytorch.plugins.
+    precision.FSDPPrecision)``. :func:`precision_base.namespaces.for_namespace` then builds the same class for
+    ``pytorch_lightning``.
+
+    Attributes:
+        lightning_precision_error: optional ``str.format`` template of the message Lightning's own plugin raises for
+            an unsupported precision (fields ``precision`` and ``supported``); :meth:`canonical_precision` puts it
+            first, verbatim, before its own guidance.
     """
 
     backend: ClassVar[str]
     precisions: ClassVar[tuple[str, ...]]
     contract_version: ClassVar[int] = CONTRACT_VERSION
+    lightning_precision_error: ClassVar[Optional[str]] = None
 
     precision: str
+
+    lightning = _LightningRoot()
+    """The root module of the Lightning namespace this class was built for: ``lightning.pytorch`` or
+    ``pytorch_lightning``. Method bodies reach namespace-specific classes through it
+    (``self.lightning.strategies.FSDPStrategy``) instead of importing ``lightning.pytorch`` directly."""
+
+    @property
+    def spec(self) -> str:
+        """The plugin's name, ``"<backend>:<precision>"`` (e.g. ``"fsdp:bf16-mixed"``)."""
+        return f"{self.backend}:{self.precision}"
+
+    @classmethod
+    def canonical_precision(cls, precision: object) -> str:
+        """The canonical name of ``precision`` (Lightning's aliases ``"bf16"``, ``"16"``, ``"32"``, ``16``, ``32``
+        included), checked against :attr:`precisions`. Plugins call it first thing in ``__init__``.
+
+        Raises:
+            UnsupportedPrecisionError: (a ``ValueError``) ``precision`` is not a precision, or not one this class
+                offers; the message names the class and lists :attr:`precisions`.
+        """
+        try:
+            canonical: Optional[str] = normalize_precision(precision)
+        except (InvalidSpecError, SpecTypeError):
+            canonical = None
+        if canonical in cls.precisions:
+            assert canonical is not None
+            return canonical
+        shown = f"{precision!r} (that is {canonical!r})" if canonical is not None else repr(precision)
+        ours = (
+            f"{cls.__qualname__} does not support precision={shown}; it supports "
+            + ", ".join(cls.precisions)
+            + ' (Lightning\'s aliases "32", "16", "bf16", 32 and 16 are accepted for these).'
+        )
+        template = cls.lightning_precision_error
+        if template:
+            ours = template.format(precision=precision, supported=tuple(cls.precisions)) + " " + ours
+        raise UnsupportedPrecisionError(ours)
+
+    def convert_output(self, data: Any) -> Any:
+        """Cast every floating tensor in ``data`` (any nesting) to ``torch.get_default_dtype()`` (float32 by
+        default); other values come back unchanged."""
+        import torch
+
+        from precision_base.casting import cast_floating
+
+        return cast_floating(data, torch.get_default_dtype())
 
     def bind_device(self, device: Union[str, torch.device]) -> None:
         """Tell the plugin which device type compute runs on (autocast is enabled for it).

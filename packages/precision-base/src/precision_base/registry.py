@@ -259,8 +259,12 @@ class Registry:
             ) from exc
         return obj  # type: ignore[no-any-return]
 
-    def resolve(self, spec: object, **options: Any) -> Any:
-        """Turn ``"<backend>:<precision>"`` into a ready plugin instance; ``options`` go to its constructor."""
+    def resolve(self, spec: object, *, namespace: str = "lightning.pytorch", **options: Any) -> Any:
+        """Turn ``"<backend>:<precision>"`` into a ready plugin instance; ``options`` go to its constructor.
+
+        ``namespace`` (``"lightning.pytorch"`` or ``"pytorch_lightning"``) is the Lightning namespace the instance
+        is built for (see :func:`precision_base.namespaces.for_namespace`).
+        """
         parsed = parse_spec(spec)
         entry = self.entry(parsed.backend)
         assert entry.info is not None
@@ -270,7 +274,9 @@ class Registry:
                 f"{parsed.precision!r}; it offers " + ", ".join(entry.info.precisions)
             )
         cls = self.plugin_class(parsed.backend)
-        return cls(parsed.precision, **options)
+        from precision_base.namespaces import for_namespace  # torch-free, imported when a plugin is built
+
+        return for_namespace(cls, namespace)(parsed.precision, **options)
 
     def _unknown_message(self, backend: str, known: list[str]) -> str:
         installed = ", ".join(known) if known else "none"
@@ -340,8 +346,11 @@ def list_plugins() -> list[PluginEntry]:
     return _default.entries()
 
 
-def resolve(spec: object, **options: Any) -> Any:
+def resolve(spec: object, *, namespace: str = "lightning.pytorch", **options: Any) -> Any:
     """Return a plugin instance for ``"<backend>:<precision>"``; ``options`` go to the plugin's constructor.
+
+    ``namespace`` is the Lightning namespace to build the instance for: ``"lightning.pytorch"`` (the default) or
+    ``"pytorch_lightning"``.
 
     Raises:
         InvalidSpecError / SpecTypeError: the name does not follow the grammar.
@@ -350,7 +359,7 @@ def resolve(spec: object, **options: Any) -> Any:
         UnsupportedPrecisionError: the backend does not offer that precision (the message lists what it does).
         DuplicateBackendError, PluginLoadError, PluginRequirementError, ContractVersionError: see their docs.
     """
-    return _default.resolve(spec, **options)
+    return _default.resolve(spec, namespace=namespace, **options)
 
 
 def get_plugin_class(backend: str) -> type:

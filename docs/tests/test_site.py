@@ -1,0 +1,259 @@
+"""The built docs site, read in a real browser (headless Chromium through Playwright) at 1280 px.
+
+Every page of the site is loaded from a local server on 127.0.0.1 and checked for what a reader would see:
+
+* no console error or uncaught exception, except fonts that cannot load offline;
+* no code block (``pre``) and no table wider than its container (text cut off at the right edge);
+* no raw Sphinx role (``:class:``, ``:func:``, ...) shown as text;
+* every image loads.
+
+The site is built once per run with ``mkdocs build --strict`` into a temporary folder, or taken from
+``DOCS_SITE_DIR`` when that names an already built site (the nox ``docs`` session builds it once). The browser is
+a system Chromium (Debian: ``apt-get install chromium``), found on ``PATH`` or given by ``CHROMIUM``; Playwright's
+own browser download is not used. Without a Chromium the tests fail (they are never skipped).
+
+Run as a script to write each page's measurements to a JSON file (page height in px, overflowing blocks, ...)::
+
+    python docs/tests/test_site.py --site site --out measurements.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WIDTH = 1280
+HEIGHT = 900
+# Fonts come from Google's servers unless the theme is told not to use them; offline they cannot load.
+OFFLINE_FONTS = re.compile(r"fonts\.(googleapis|gstatic)\.com|\.woff2?\b|font", re.IGNORECASE)
+RAW_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const|ref):`?")
+
+# Runs in the page: measures every code block and table against the box it has to fit in.
+MEASURE_JS = """
+() => {
+  const tol = 1;
+  const over = (el) => el.scrollWidth > el.clientWidth + tol;
+  const blocks = [];
+  const describe = (el) => (el.innerText || '').trim().split('\\n')[0].slice(0, 80);
+  for (const pre of document.querySelectorAll('.md-content pre')) {
+    const code = pre.querySelector('code') || pre;
+    if (over(code) || over(pre)) {
+      blocks.push({kind: 'pre', width: code.scrollWidth, visible: code.clientWidth, text: describe(pre)});
+    }
+  }
+  for (const table of document.querySelectorAll('.md-content table')) {
+    const wrap = table.closest('.md-typeset__scrollwrap') || table.parentElement;
+    if (over(table) || over(wrap)) {
+      const width = Math.max(table.scrollWidth, wrap.scrollWidth);
+      blocks.push({kind: 'table', width: width, visible: wrap.clientWidth, text: describe(table)});
+    }
+  }
+  const images = [...document.querySelectorAll('.md-content img')].map((img) => ({
+    src: img.getAttribute('src'), loaded: img.complete && img.naturalWidth > 0,
+  }));
+  const article = document.querySelector('.md-content article') || document.body;
+  return {
+    height: document.documentElement.scrollHeight,
+    pre: document.querySelectorAll('.md-content pre').length,
+    tables: document.querySelectorAll('.md-content table').length,
+    overflowing: blocks,
+    images: images,
+    text: article.innerText,
+  };
+}
+"""
+
+
+def chromium_path() -> str:
+    """The system Chromium's executable: ``CHROMIUM``, else the first Chromium found on ``PATH``."""
+    candidates = [os.environ.get("CHROMIUM", ""), "chromium", "chromium-browser", "google-chrome"]
+    for name in candidates:
+        if name and (found := shutil.which(name)):
+            return found
+    raise RuntimeError(
+        "no Chromium found: install one (Debian/Ubuntu: `apt-get install -y chromium`) or set CHROMIUM to its "
+        "executable; Playwright's own browser download is not used"
+    )
+
+
+def build_site(out: Path) -> Path:
+    """``mkdocs build --strict`` of this repository into ``out``."""
+    env = {**os.environ, "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1", "NO_MKDOCS_2_WARNING": "1"}
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(out)]
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+    return out
+
+
+def site_pages(site: Path) -> list[str]:
+    """URL paths of every page of a built site (``index.html`` files), search and 404 pages left out."""
+    pages = []
+    for path in sorted(site.rglob("index.html")):
+        rel = path.parent.relative_to(site).as_posix()
+        if rel.startswith(("search", "assets")):
+            continue
+        pages.append("/" if rel == "." else f"/{rel}/")
+    return pages
+
+
+@functools.lru_cache(maxsize=1)
+def _quiet_handler() -> type[http.server.SimpleHTTPRequestHandler]:
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+def _console_line(msg: Any) -> str:
+    url = (msg.location or {}).get("url", "")
+    return f"{msg.text} ({url})" if url else str(msg.text)
+
+
+def _github_facts(route: Any) -> None:
+    """The theme asks GitHub's API for the repository's stars and latest release; that cannot run offline.
+
+    Answered with a fixed reply so the pages are tested the same with and without a network (a stand-in for a
+    third-party service, not for anything of ours).
+    """
+    body = {"stargazers_count": 0, "forks_count": 0, "tag_name": "v0", "name": "v0"}
+    route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+
+def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """A static file server for ``site`` on 127.0.0.1 (a free port), running in a daemon thread."""
+    handler = functools.partial(_quiet_handler(), directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def measure_site(site: Path, width: int = WIDTH) -> dict[str, dict[str, Any]]:
+    """Load every page of ``site`` in headless Chromium at ``width`` px; what each page shows, by URL path."""
+    from playwright.sync_api import sync_playwright
+
+    server, base = serve(site)
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": width, "height": HEIGHT})
+            errors: list[str] = []
+            page.route(re.compile(r"https://api\.github\.com/.*"), _github_facts)
+            page.on("console", lambda msg: errors.append(_console_line(msg)) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
+            page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
+            for path in site_pages(site):
+                errors.clear()
+                page.goto(base + path, wait_until="load")
+                page.wait_for_load_state("networkidle")
+                data = page.evaluate(MEASURE_JS)
+                text = data.pop("text")
+                data["raw_roles"] = sorted(set(RAW_ROLE.findall(text)))
+                data["raw_role_count"] = len(RAW_ROLE.findall(text))
+                data["console_errors"] = [e for e in errors if not OFFLINE_FONTS.search(e)]
+                results[path] = data
+            browser.close()
+    finally:
+        server.shutdown()
+    return results
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = os.environ.get("DOCS_SITE_DIR")
+    if given:
+        path = Path(given).resolve()
+        assert (path / "index.html").is_file(), f"DOCS_SITE_DIR={given} holds no built site (no index.html)"
+        return path
+    return build_site(tmp_path_factory.mktemp("site"))
+
+
+@pytest.fixture(scope="module")
+def measured(site: Path) -> dict[str, dict[str, Any]]:
+    return measure_site(site)
+
+
+def _report(found: dict[str, Any]) -> str:
+    return "\n".join(f"  {page}: {what}" for page, what in found.items())
+
+
+def test_the_site_has_every_page(site: Path) -> None:
+    pages = site_pages(site)
+    for expected in ("/", "/quickstart/", "/compatibility/", "/benchmarks/", "/reference/precision_base/"):
+        assert expected in pages, f"{expected} missing from the built site: {pages}"
+
+
+def test_no_console_errors(measured: dict[str, dict[str, Any]]) -> None:
+    found = {page: m["console_errors"] for page, m in measured.items() if m["console_errors"]}
+    assert not found, f"console errors (offline fonts excepted):\n{_report(found)}"
+
+
+def test_no_code_block_or_table_overflows_at_1280px(measured: dict[str, dict[str, Any]]) -> None:
+    found = {
+        page: [f"{b['kind']} {b['width']}px in {b['visible']}px: {b['text']!r}" for b in m["overflowing"]]
+        for page, m in measured.items()
+        if m["overflowing"]
+    }
+    total = sum(len(v) for v in found.values())
+    assert not found, f"{total} blocks wider than their container at {WIDTH}px:\n{_report(found)}"
+
+
+def test_no_raw_sphinx_roles(measured: dict[str, dict[str, Any]]) -> None:
+    found = {page: f"{m['raw_role_count']}x {m['raw_roles']}" for page, m in measured.items() if m["raw_roles"]}
+    assert not found, f"raw Sphinx roles shown as text:\n{_report(found)}"
+
+
+def test_every_image_loads(measured: dict[str, dict[str, Any]]) -> None:
+    found = {page: [i["src"] for i in m["images"] if not i["loaded"]] for page, m in measured.items()}
+    found = {page: srcs for page, srcs in found.items() if srcs}
+    assert not found, f"images that did not load:\n{_report(found)}"
+
+
+def _summary(measured: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        page: {
+            "height_px": m["height"],
+            "overflowing_blocks": len(m["overflowing"]),
+            "code_blocks": m["pre"],
+            "tables": m["tables"],
+            "raw_roles": m["raw_role_count"],
+            "console_errors": len(m["console_errors"]),
+            "images_not_loaded": sum(not i["loaded"] for i in m["images"]),
+        }
+        for page, m in measured.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--site", type=Path, help="a built site (default: build one into a temporary folder)")
+    parser.add_argument("--out", type=Path, help="write the per-page measurements as JSON here")
+    parser.add_argument("--width", type=int, default=WIDTH)
+    args = parser.parse_args(argv)
+    if args.site is None:
+        import tempfile
+
+        args.site = build_site(Path(tempfile.mkdtemp()) / "site")
+    summary = _summary(measure_site(args.site, args.width))
+    text = json.dumps({"width_px": args.width, "pages": summary}, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,7 +10,7 @@ from precision_base import cli
 def test_show_prints_dtypes_and_strategy(dummy_registered: type, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["show", "dummy:bf16"]) == 0
     out = capsys.readouterr().out
-    assert "plugin:    precision_dummy.plugin.DummyPrecision" in out
+    assert "plugin:    precision_base.testing.dummy_plugin.DummyPrecision" in out
     assert "spec:      dummy:bf16-mixed" in out
     assert "strategy:  any non-sharded Lightning strategy" in out
     rows = {

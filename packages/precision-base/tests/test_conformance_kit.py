@@ -6,10 +6,9 @@ import pytest
 
 pytest.importorskip("lightning")
 
-from precision_dummy._info import INFO
-from precision_dummy.plugin import DummyPrecision
-
 from precision_base.testing import PluginConformance
+from precision_base.testing.dummy import INFO
+from precision_base.testing.dummy_plugin import DummyPrecision
 
 
 class TestDummyConformance(PluginConformance):
@@ -19,11 +18,10 @@ class TestDummyConformance(PluginConformance):
 
 
 BROKEN_PLUGIN = """
-import contextlib, sys
-sys.path.insert(0, {src!r})
-from precision_dummy._info import INFO
-from precision_dummy.plugin import DummyPrecision
+import contextlib
 from precision_base.testing import PluginConformance
+from precision_base.testing.dummy import INFO
+from precision_base.testing.dummy_plugin import DummyPrecision
 
 
 class {name}(DummyPrecision):
@@ -50,10 +48,8 @@ DEFECTS = {
 
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
 def test_kit_catches_a_defect(pytester: pytest.Pytester, defect: str) -> None:
-    from conftest import DUMMY_SRC
-
     body, failing_test = DEFECTS[defect]
-    pytester.makepyfile(test_broken=BROKEN_PLUGIN.format(src=str(DUMMY_SRC), name="DummyPrecision", body=body))
+    pytester.makepyfile(test_broken=BROKEN_PLUGIN.format(name="DummyPrecision", body=body))
     result = pytester.runpytest("-q", "-p", "no:cacheprovider")
     failed = {
         line.split("::")[-1].split("[")[0].split(" ")[0] for line in result.outlines if line.startswith("FAILED ")

@@ -14,9 +14,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _distributions import BASE_PROJECT, DUMMY_PROJECT, build_wheel, make_venv, write_distribution
+
+from precision_base.testing.wheels import build_wheels, make_venv, write_project
 
 pytestmark = pytest.mark.slow
+
+BASE_PROJECT = Path(__file__).resolve().parents[1]
+DUMMY_PROJECT = Path(__file__).parent / "fixtures" / "dummy_plugin"
 
 
 @pytest.fixture(scope="module")
@@ -26,18 +30,18 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     projects = {
         "base": BASE_PROJECT,
         "dummy": DUMMY_PROJECT,
-        "lite": write_distribution(root, "precision-lite", "lite"),
-        "twin-a": write_distribution(root, "precision-twin-a", "twin"),
-        "twin-b": write_distribution(root, "precision-twin-b", "twin"),
-        "broken": write_distribution(root, "precision-broken", "broken", info_prelude="import no_such_module_abc\n"),
-        "needy": write_distribution(root, "precision-needy", "needy", info_extra=", requires=('deepspeed>=99',)"),
-        "ancient": write_distribution(root, "precision-ancient", "ancient", info_extra=", contract_version=0"),
-        "mismatch": write_distribution(root, "precision-mismatch", "mismatch"),
+        "lite": write_project(root, "precision-lite", "lite"),
+        "twin-a": write_project(root, "precision-twin-a", "twin"),
+        "twin-b": write_project(root, "precision-twin-b", "twin"),
+        "broken": write_project(root, "precision-broken", "broken", info_prelude="import no_such_module_abc\n"),
+        "needy": write_project(root, "precision-needy", "needy", info_extra=", requires=('deepspeed>=99',)"),
+        "ancient": write_project(root, "precision-ancient", "ancient", info_extra=", contract_version=0"),
+        "mismatch": write_project(root, "precision-mismatch", "mismatch"),
     }
     # "mismatch" registers entry point `mismatch` whose info says backend 'lite2'
     info = projects["mismatch"] / "src" / "precision_mismatch" / "_info.py"
     info.write_text(info.read_text().replace("backend='mismatch'", "backend='lite2'"))
-    return {name: build_wheel(path, out) for name, path in projects.items()}
+    return dict(zip(projects, build_wheels(list(projects.values()), out), strict=True))
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("jsonargparse")
-from _models import TinyRegressor
 from lightning.pytorch.cli import LightningCLI
 
 from precision_base import Trainer
+from precision_base.testing.models import TinyRegressor
 
 COMMON = [
     "--trainer.accelerator=cpu",

@@ -15,11 +15,13 @@ import pytest
 pl = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")
 
-from _distributions import DUMMY_PROJECT, build_wheel  # noqa: E402
-from _models import QUIET, TinyRegressor  # noqa: E402
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision  # noqa: E402
 
 from precision_base import Trainer, TrainerConfigurationError, UnknownBackendError  # noqa: E402
+from precision_base.testing.models import QUIET, TinyRegressor  # noqa: E402
+from precision_base.testing.wheels import build_wheels  # noqa: E402
+
+DUMMY_PROJECT = Path(__file__).parent / "fixtures" / "dummy_plugin"
 
 
 def test_signature_adds_only_a_keyword_only_precision_plugin() -> None:
@@ -107,7 +109,7 @@ def test_fit_runs_through_the_plugin(dummy_registered: type, precision: str, com
 @pytest.mark.slow
 def test_fit_with_a_really_installed_plugin(tmp_path: Path) -> None:
     """The dummy's wheel is installed into a fresh target directory; only real entry-point metadata finds it."""
-    wheel = build_wheel(DUMMY_PROJECT, tmp_path)
+    (wheel,) = build_wheels([DUMMY_PROJECT], tmp_path)
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)], check=True
@@ -116,7 +118,7 @@ def test_fit_with_a_really_installed_plugin(tmp_path: Path) -> None:
         import json, sys
         sys.path.insert(0, sys.argv[1])
         import precision_base
-        from _models import QUIET, TinyRegressor
+        from precision_base.testing.models import QUIET, TinyRegressor
         entry = precision_base.get_entry("dummy")
         model = TinyRegressor()
         trainer = precision_base.Trainer(precision_plugin="dummy:bf16-mixed", accelerator="cpu", devices=1,
@@ -127,7 +129,7 @@ def test_fit_with_a_really_installed_plugin(tmp_path: Path) -> None:
                           "dtypes": sorted({str(d) for d in model.compute_dtypes}),
                           "fell": model.losses[-1] < model.losses[0]}))
     """)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = dict(os.environ)
     out = subprocess.run(
         [sys.executable, "-c", script, str(target)], capture_output=True, text=True, env=env, timeout=300
     )

@@ -1,4 +1,4 @@
-"""The conformance kit: a pytest test class any precision plugin runs against itself.
+"""Testing support: the conformance kit any precision plugin runs against itself, and shared test helpers.
 
 Usage, in a plugin package's tests::
 
@@ -10,8 +10,22 @@ Usage, in a plugin package's tests::
 Every test runs once per precision the plugin declares. A plugin that is not installed can be checked too,
 by also setting ``plugin_info`` (its :class:`~precision_base.PluginInfo`) and ``plugin_class``; the kit then
 registers it in-process for the duration of the class.
+
+Helpers for the project's own tests, benchmarks and examples, each imported explicitly (none is imported by
+``import precision_base``): :mod:`precision_base.testing.models` (toy LightningModules and data),
+:mod:`precision_base.testing.launch` (N real ranks with a gloo process group) and
+:mod:`precision_base.testing.wheels` (real wheels of small plugin distributions, fresh venvs).
 """
 
-from precision_base.testing.conformance import PluginConformance
+from typing import Any
 
 __all__ = ["PluginConformance"]
+
+
+def __getattr__(name: str) -> Any:
+    # lazy: the kit needs pytest, the helper modules beside it must not
+    if name == "PluginConformance":
+        from precision_base.testing.conformance import PluginConformance
+
+        return PluginConformance
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

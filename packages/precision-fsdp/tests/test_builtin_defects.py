@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import mlp
 from lightning.pytorch.plugins.precision import FSDPPrecision as BuiltinFSDPPrecision
 from torch.amp import GradScaler
 
+from precision_base.testing.models import mlp
 from precision_fsdp import FSDPPrecision
 
 

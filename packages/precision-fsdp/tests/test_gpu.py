@@ -8,9 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from conftest import mlp, single_process_group
 from lightning.pytorch.plugins.precision import FSDPPrecision as BuiltinFSDPPrecision
 
+from precision_base.testing.launch import process_group
+from precision_base.testing.models import mlp
 from precision_fsdp import FSDPPrecision
 
 pytestmark = [
@@ -21,7 +22,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cuda_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    yield from single_process_group(tmp_path_factory, "nccl")
+    with process_group("nccl", tmp_path_factory.mktemp("pg")):
+        yield
 
 
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import mlp
 from lightning.pytorch.plugins.precision import FSDPPrecision as BuiltinFSDPPrecision
 from lightning.pytorch.plugins.precision import MixedPrecision as LightningAMP
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy
@@ -16,6 +15,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 import precision_base
 from precision_base import TrainerConfigurationError
+from precision_base.testing.models import mlp
 from precision_fsdp import FSDPPrecision
 from precision_fsdp.clipping import ClipGradNormError
 from precision_fsdp.scaler import check_user_scaler

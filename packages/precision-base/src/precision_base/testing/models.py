@@ -6,6 +6,7 @@ Imports torch and Lightning (``lightning.pytorch``); ``import precision_base`` n
   sharding by the trainer's precision plugin); it records what tests assert on: the losses, the dtype the inputs
   arrived in and the dtype the network computed in.
 * :class:`ResidualMLP` and :func:`teacher_data`: the larger classifier and fixed teacher task the benchmarks train.
+* :func:`mlp`: a bare three-layer ``nn.Sequential`` for plugin unit tests.
 * :data:`QUIET`: Trainer arguments that switch off logging, checkpoints, progress bar and model summary.
 """
 
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-__all__ = ["QUIET", "ResidualMLP", "TinyRegressor", "dtype_name", "regression_data", "teacher_data"]
+__all__ = ["QUIET", "ResidualMLP", "TinyRegressor", "dtype_name", "mlp", "regression_data", "teacher_data"]
 
 QUIET: dict[str, Any] = dict(
     logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
@@ -29,6 +30,13 @@ QUIET: dict[str, Any] = dict(
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
+
+
+def mlp(features: int = 8, hidden: int = 16, out: int = 4, seed: int = 0) -> nn.Sequential:
+    """``Linear(features, hidden) -> ReLU -> Linear(hidden, out)`` in float32 with weights from ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, out))
 
 
 def regression_data(features: int = 8, samples: int = 256, seed: int = 0) -> TensorDataset:

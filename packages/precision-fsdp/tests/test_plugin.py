@@ -16,7 +16,7 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 import precision_base
 from precision_base import TrainerConfigurationError
 from precision_base.testing.models import mlp
-from precision_fsdp import FSDPPrecision
+from precision_fsdp import FSDP2Strategy, FSDPPrecision
 from precision_fsdp.clipping import ClipGradNormError
 from precision_fsdp.scaler import check_user_scaler
 
@@ -44,18 +44,42 @@ def test_accepts_lightnings_aliases(alias: Any, canonical: str) -> None:
     assert FSDPPrecision(alias).precision == canonical
 
 
+def _lightning_error(*args: Any, **kwargs: Any) -> str:
+    with pytest.raises(ValueError) as err:
+        BuiltinFSDPPrecision(*args, **kwargs)
+    return str(err.value)
+
+
 @pytest.mark.parametrize("bad", ["64-true", "fp8", None, 3.5])
-def test_rejects_unknown_precision_with_value_error(bad: Any) -> None:
-    with pytest.raises(ValueError, match="not supported by FSDPPrecision"):
+def test_rejects_unknown_precision_with_lightnings_message_first(bad: Any) -> None:
+    with pytest.raises(ValueError) as err:
         FSDPPrecision(bad)
+    message = str(err.value)
+    assert message.startswith(_lightning_error(bad) + " "), "Lightning's text verbatim, then ours"
+    assert "FSDPPrecision does not support precision=" in message
 
 
 @pytest.mark.parametrize("precision", ["32-true", "16-true", "bf16-true", "bf16-mixed"])
 def test_scaler_for_a_precision_that_does_not_scale_is_a_clear_error(precision: str) -> None:
-    with pytest.raises(ValueError, match=r"does not scale the loss.*16-mixed"):
-        FSDPPrecision(precision, scaler=GradScaler("cpu"))
+    scaler = GradScaler("cpu")
+    with pytest.raises(ValueError, match=r"Only '16-mixed' scales the loss") as err:
+        FSDPPrecision(precision, scaler=scaler)
+    assert str(err.value).startswith(_lightning_error(precision, scaler=scaler) + " ")
     with pytest.raises(ValueError, match="only apply to precision='16-mixed'"):
         FSDPPrecision(precision, init_scale=8.0)
+
+
+@pytest.mark.parametrize("precision", ["16-true", "bf16-true"])
+def test_true_precision_keeps_lightnings_lower_precision_warning(precision: str) -> None:
+    with pytest.warns(UserWarning, match="enables computation in lower precision") as theirs:
+        assert BuiltinFSDPPrecision(precision).mixed_precision_config is not None
+    first_sentence = str(theirs[0].message).split(". ")[0] + "."
+    assert first_sentence == f"FSDP with `{precision}` enables computation in lower precision."
+    plugin = FSDPPrecision(precision)
+    with pytest.warns(UserWarning, match="enables computation in lower precision") as ours:
+        assert plugin.mixed_precision_config is not None
+    assert str(ours[0].message).startswith(first_sentence + " ")
+    assert "keeps no full-precision copy" in str(ours[0].message)
 
 
 def test_scaler_and_options_together_is_an_error() -> None:
@@ -152,28 +176,41 @@ def test_show_prints_the_dtype_table(capsys: pytest.CaptureFixture[str]) -> None
 
 # -- strategy selection ---------------------------------------------------------------------------------------
 def test_ddp_is_refused_naming_what_to_pass() -> None:
-    with pytest.raises(TrainerConfigurationError, match=r"ModelParallelStrategy.*") as err:
+    with pytest.raises(TrainerConfigurationError) as err:
         FSDPPrecision("bf16-mixed").configure_strategy("ddp", accelerator="cpu", devices=2)
+    assert str(err.value).startswith("precision plugin 'fsdp:bf16-mixed' cannot work with strategy='ddp'. Pass ")
     assert 'strategy="fsdp"' in str(err.value)
-    with pytest.raises(TrainerConfigurationError, match="cannot work with strategy=DDPStrategy"):
+    assert "FSDP2Strategy" in str(err.value)
+    with pytest.raises(TrainerConfigurationError, match=r"cannot work with strategy=DDPStrategy\(\.\.\.\)"):
         FSDPPrecision("bf16-mixed").configure_strategy(DDPStrategy(), accelerator="cpu", devices=2)
 
 
-def test_auto_on_cpu_points_at_model_parallel_strategy() -> None:
-    with pytest.raises(TrainerConfigurationError, match=r"needs CUDA GPUs.*ModelParallelStrategy"):
-        FSDPPrecision("bf16-mixed").configure_strategy("auto", accelerator="cpu", devices=2)
+@pytest.mark.parametrize("accelerator", ["cpu", "gpu", "cuda", "auto"])
+def test_auto_becomes_fsdp2_strategy_on_every_accelerator(accelerator: str) -> None:
+    chosen = FSDPPrecision("bf16-mixed").configure_strategy("auto", accelerator=accelerator, devices=2)
+    assert type(chosen) is FSDP2Strategy
+    assert chosen.auto_wrap_policy is None
+
+
+def _lightning_fsdp_on_cpu_message() -> str:
+    import lightning.pytorch as pl
+
+    with pytest.raises(ValueError) as err:
+        pl.Trainer(strategy="fsdp", accelerator="cpu", devices=2)
+    return str(err.value)
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "fsdp_cpu_offload", FSDPStrategy()])
-def test_fsdp1_on_cpu_is_refused(strategy: Any) -> None:
-    with pytest.raises(TrainerConfigurationError, match=r"cannot run on CPU.*ModelParallelStrategy"):
+def test_fsdp1_on_cpu_is_refused_with_lightnings_message_inside(strategy: Any) -> None:
+    with pytest.raises(TrainerConfigurationError, match=r"cannot run on CPU.*FSDP2Strategy") as err:
         FSDPPrecision("bf16-mixed").configure_strategy(strategy, accelerator="cpu", devices=2)
+    assert _lightning_fsdp_on_cpu_message() in str(err.value)
 
 
-def test_auto_on_gpus_becomes_fsdp_strategy() -> None:
-    chosen = FSDPPrecision("bf16-mixed").configure_strategy("auto", accelerator="gpu", devices=2)
-    assert isinstance(chosen, FSDPStrategy)
+def test_fsdp1_is_kept_on_gpus() -> None:
     assert FSDPPrecision("bf16-mixed").configure_strategy("fsdp", accelerator="cuda", devices=2) == "fsdp"
+    given = FSDPStrategy()
+    assert FSDPPrecision("bf16-mixed").configure_strategy(given, accelerator="gpu", devices=2) is given
 
 
 def test_model_parallel_strategy_is_accepted_on_cpu() -> None:
@@ -181,18 +218,55 @@ def test_model_parallel_strategy_is_accepted_on_cpu() -> None:
     assert FSDPPrecision("bf16-mixed").configure_strategy(strategy, accelerator="cpu", devices=2) is strategy
 
 
+def test_pytorch_lightning_plugin_gets_pytorch_lightning_strategies() -> None:
+    import pytorch_lightning as ptl
+
+    from precision_base.namespaces import for_namespace
+
+    plugin = precision_base.resolve("fsdp:bf16-mixed", namespace="pytorch_lightning")
+    assert type(plugin) is for_namespace(FSDPPrecision, "pytorch_lightning")
+    assert isinstance(plugin, ptl.plugins.precision.FSDPPrecision)
+    chosen = plugin.configure_strategy("auto", accelerator="cpu", devices=2)
+    assert isinstance(chosen, ptl.strategies.ModelParallelStrategy)
+    assert type(chosen).__name__ == "FSDP2Strategy"
+    with pytest.raises(TrainerConfigurationError, match="cannot work with strategy=ModelParallelStrategy"):
+        plugin.configure_strategy(ModelParallelStrategy(), accelerator="cpu", devices=2)  # lightning's, not ptl's
+
+
 def test_trainer_front_door() -> None:
     trainer = precision_base.Trainer(
-        precision_plugin="fsdp:bf16-mixed",
-        strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
-        accelerator="cpu",
-        devices=2,
-        logger=False,
-        enable_progress_bar=False,
+        precision_plugin="fsdp:bf16-mixed", accelerator="cpu", devices=2, logger=False, enable_progress_bar=False
     )
     assert type(trainer.precision_plugin) is FSDPPrecision
-    with pytest.raises(TrainerConfigurationError, match="ModelParallelStrategy"):
+    assert type(trainer.strategy) is FSDP2Strategy
+    with pytest.raises(TrainerConfigurationError, match="FSDP2Strategy"):
         precision_base.Trainer(precision_plugin="fsdp:bf16-mixed", strategy="ddp", accelerator="cpu", devices=2)
+
+
+def test_strategy_passes_our_mixed_precision_to_lightnings_fsdp_strategy() -> None:
+    """FSDP1 needs a GPU to run, so this checks the config: the MixedPrecision Lightning's FSDPStrategy would pass
+    to FullyShardedDataParallel, for every constructor option."""
+    cases = [
+        (FSDPPrecision("bf16-mixed"), (BF16, F32, BF16)),
+        (FSDPPrecision("bf16-mixed", reduce_dtype="bf16"), (BF16, BF16, BF16)),
+        (FSDPPrecision("16-mixed", reduce_dtype=torch.float16, init_scale=8.0, growth_interval=3), (F16, F16, F16)),
+        (FSDPPrecision("32-true", reduce_dtype="fp32"), (F32, F32, F32)),
+    ]
+    for plugin, (param, reduce, buffer) in cases:
+        strategy = FSDPStrategy(precision_plugin=plugin)
+        mp = strategy.mixed_precision_config
+        assert (mp.param_dtype, mp.reduce_dtype, mp.buffer_dtype) == (param, reduce, buffer), plugin
+    scaled = FSDPPrecision("16-mixed", init_scale=8.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=3)
+    FSDPStrategy(precision_plugin=scaled)
+    assert scaled.state_dict() == {
+        "scale": 8.0,
+        "growth_factor": 4.0,
+        "backoff_factor": 0.25,
+        "growth_interval": 3,
+        "_growth_tracker": 0,
+    }
+    user = ShardedGradScaler(device="cpu", init_scale=32.0)
+    assert FSDPStrategy(precision_plugin=FSDPPrecision("16-mixed", scaler=user)).precision_plugin.scaler is user
 
 
 # -- FSDP2 in one process -------------------------------------------------------------------------------------
@@ -228,8 +302,12 @@ def test_clipping_mixed_dtensor_and_plain_gradients_names_the_alternative(cpu_me
     FSDPPrecision("32-true").fully_shard(model[0], mesh=cpu_mesh)  # model[2] stays plain
     model(torch.randn(4, 8)).sum().backward()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(ClipGradNormError, match="gradient_clip_algorithm='value'"):
+    with pytest.raises(ClipGradNormError, match="gradient_clip_algorithm='value'") as err:
         FSDPPrecision("32-true").clip_grad_by_norm(optimizer, 1.0)
+    lightning = "`gradient_clip_algorithm='norm'` is currently not supported for `FSDPPrecision`"
+    assert str(err.value).startswith(lightning + " here: "), "Lightning's text verbatim, then why and what to do"
+    with pytest.raises(Exception, match="^" + lightning.replace("(", r"\(").replace(")", r"\)") + "$"):
+        BuiltinFSDPPrecision("32-true").clip_grad_by_norm(optimizer, 1.0)
 
 
 def test_clipping_plain_gradients_in_one_process() -> None:

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from typing import Optional, Union
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from precision_base import PrecisionPluginError
+from precision_fsdp._compat import DTensor
 
 
 class ClipGradNormError(PrecisionPluginError, RuntimeError):
@@ -38,15 +38,24 @@ def _distributed() -> bool:
     )
 
 
+def _lightning_message(plugin_name: str) -> str:
+    """Lightning's ``FSDPPrecision`` message for clip-by-norm, verbatim (ours follows it)."""
+    return f"`gradient_clip_algorithm='norm'` is currently not supported for `{plugin_name}`"
+
+
 def clip_grad_norm(
-    parameters: Iterable[torch.Tensor], max_norm: Union[int, float], fsdp1_root: Optional[torch.nn.Module] = None
+    parameters: Iterable[torch.Tensor],
+    max_norm: Union[int, float],
+    fsdp1_root: Optional[torch.nn.Module] = None,
+    plugin_name: str = "FSDPPrecision",
 ) -> torch.Tensor:
     """Scale the gradients of ``parameters`` so that their global 2-norm is at most ``max_norm``.
 
     Returns the global norm before clipping (a plain fp32 tensor, the same on every rank).
 
     Raises:
-        ClipGradNormError: the global norm cannot be computed exactly here.
+        ClipGradNormError: the global norm cannot be computed exactly here. The message starts with Lightning's
+            (``plugin_name`` fills it in) and names the alternatives.
     """
     params = [p for p in parameters if p.grad is not None]
     if not params and fsdp1_root is None:
@@ -62,13 +71,15 @@ def clip_grad_norm(
     if any(sharded):
         plain = sum(1 for s in sharded if not s)
         raise ClipGradNormError(
-            f"cannot clip gradients by norm exactly: {plain} of {len(params)} gradients are plain tensors next to "
+            f"{_lightning_message(plugin_name)} here: cannot clip gradients by norm exactly: {plain} of "
+            f"{len(params)} gradients are plain tensors next to "
             "FSDP2 DTensor gradients, so their contribution to the global norm is unknown (they are neither "
             f"sharded nor synchronised by FSDP). {_ALTERNATIVES}"
         )
     if _distributed():
         raise ClipGradNormError(
-            "cannot clip gradients by norm exactly: the gradients are plain tensors in a multi-process run and no "
+            f"{_lightning_message(plugin_name)} here: cannot clip gradients by norm exactly: the gradients are "
+            "plain tensors in a multi-process run and no "
             "FSDP1 root module wraps the model, so each rank would see only its own shard or copy. " + _ALTERNATIVES
         )
     return torch.nn.utils.clip_grad_norm_(params, max_norm)

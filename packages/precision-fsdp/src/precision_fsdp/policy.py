@@ -8,24 +8,14 @@ optional ``reduce_dtype`` choice. The plugin, the dtype table, FSDP1's ``MixedPr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Optional, Union
+from typing import Optional, Union
 
 import torch
 
 from precision_base import DtypeTable
-
-if TYPE_CHECKING:
-    from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
-
-FSDPVersion = Literal[1, 2]
-
-_LOW: dict[str, torch.dtype] = {
-    "32-true": torch.float32,
-    "16-true": torch.float16,
-    "bf16-true": torch.bfloat16,
-    "16-mixed": torch.float16,
-    "bf16-mixed": torch.bfloat16,
-}
+from precision_base.plugin_support import precision_dtype
+from precision_fsdp._compat import MixedPrecision, MixedPrecisionPolicy
+from precision_fsdp.sharding import FSDPVersion
 
 _DTYPE_NAMES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -88,7 +78,7 @@ class DtypePlan:
 
     @classmethod
     def for_precision(cls, precision: str, reduce_dtype: Optional[torch.dtype] = None) -> DtypePlan:
-        low = _LOW[precision]
+        low = precision_dtype(precision)
         mixed = precision.endswith("-mixed")
         storage = torch.float32 if mixed else low
         return cls(
@@ -148,13 +138,9 @@ class DtypePlan:
     def fsdp1_mixed_precision(self) -> MixedPrecision:
         """FSDP1's ``MixedPrecision``: ``param_dtype`` = compute, ``reduce_dtype`` = reduce, ``buffer_dtype`` =
         compute. Other fields keep torch's defaults (root inputs are cast to ``param_dtype``)."""
-        from torch.distributed.fsdp import MixedPrecision
-
         return MixedPrecision(param_dtype=self.compute, reduce_dtype=self.reduce, buffer_dtype=self.buffers(1))
 
     def fsdp2_policy(self) -> MixedPrecisionPolicy:
         """FSDP2's ``MixedPrecisionPolicy``: ``param_dtype`` = compute, ``reduce_dtype`` = reduce, outputs left in
         the compute dtype, and floating forward inputs cast to ``param_dtype``."""
-        from torch.distributed.fsdp import MixedPrecisionPolicy
-
         return MixedPrecisionPolicy(param_dtype=self.compute, reduce_dtype=self.reduce, cast_forward_inputs=True)

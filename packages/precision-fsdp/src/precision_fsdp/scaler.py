@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch.amp import GradScaler
 
-from precision_fsdp.policy import FSDPVersion
+from precision_fsdp._compat import scaler_device, sharded_grad_scaler_class
+from precision_fsdp.sharding import FSDPVersion
 
 SCALER_OPTIONS: tuple[str, ...] = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 """Names of the scaler settings the plugin accepts as keyword options (``resolve("fsdp:16-mixed", init_scale=...)``)."""
@@ -34,9 +35,9 @@ def check_scaler_options(precision: str, scaler: Any, options: Mapping[str, Any]
     given = {k: v for k, v in options.items() if v is not None}
     if precision != "16-mixed":
         if scaler is not None:
-            raise ValueError(
-                f"precision={precision!r} does not scale the loss, so it takes no scaler (got "
-                f"{type(scaler).__name__}). Only '16-mixed' uses one; remove scaler=, or use precision='16-mixed'."
+            raise ValueError(  # Lightning's message first, verbatim
+                f"`precision={precision!r}` does not use a scaler, found {scaler}. Only '16-mixed' scales the loss; "
+                "remove scaler=, or use precision='16-mixed'."
             )
         if given:
             raise ValueError(
@@ -65,23 +66,15 @@ def check_scaler_options(precision: str, scaler: Any, options: Mapping[str, Any]
     return given
 
 
-def scaler_device(scaler: GradScaler) -> str:
-    """The device type a scaler was made for (``"cuda"``, ``"cpu"`` ...)."""
-    return str(getattr(scaler, "_device", "cuda"))
-
-
 def is_sharded_scaler(scaler: GradScaler) -> bool:
-    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-    return isinstance(scaler, ShardedGradScaler)
+    """Whether ``scaler`` is FSDP1's ``ShardedGradScaler``."""
+    return isinstance(scaler, sharded_grad_scaler_class())
 
 
 def make_scaler(version: FSDPVersion, device_type: str, options: Mapping[str, Any]) -> GradScaler:
     """A new scaler of the kind FSDP ``version`` needs, for ``device_type``, built from ``options``."""
     if version == 1:
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-        return ShardedGradScaler(device=device_type, **options)
+        return sharded_grad_scaler_class()(device=device_type, **options)
     return GradScaler(device_type, **options)
 
 

@@ -1,0 +1,287 @@
+"""The fence: every touch point of a private or undocumented torch / Lightning symbol, and every version switch.
+
+Nothing else in ``precision_fsdp`` names an underscore attribute of torch or Lightning, imports from a private
+module, or asks which version is installed. Each entry below says what it touches and why; ``FENCED`` lists them
+all, and ``tests/test_compat.py`` checks in milliseconds that each still exists with the shape used here, so that a
+release that moves one fails with a one-line message naming it instead of a broken training run.
+
+Version switches are chosen by feature detection (does the module have the name?), never by version numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final, Optional
+
+import torch
+import torch.distributed.fsdp as _torch_fsdp
+
+# -- version switches -----------------------------------------------------------------------------------------------
+# FSDP2 is public in ``torch.distributed.fsdp`` since torch 2.6; torch 2.4 and 2.5 have it in a private module.
+if hasattr(_torch_fsdp, "fully_shard"):
+    FSDP2_MODULE: str = "torch.distributed.fsdp"
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+else:  # pragma: no cover - torch < 2.6
+    FSDP2_MODULE = "torch.distributed._composable.fsdp"
+    from torch.distributed._composable.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard  # type: ignore
+
+# DTensor is public in ``torch.distributed.tensor`` since torch 2.5; torch 2.4 has it in ``torch.distributed._tensor``.
+try:
+    from torch.distributed.tensor import DTensor
+
+    DTENSOR_MODULE: str = "torch.distributed.tensor"
+except ImportError:  # pragma: no cover - torch < 2.5
+    from torch.distributed._tensor import DTensor  # type: ignore[no-redef,attr-defined]
+
+    DTENSOR_MODULE = "torch.distributed._tensor"
+
+from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision  # public, every version
+
+# -- torch: undocumented or private ---------------------------------------------------------------------------------
+SHARDED_GRAD_SCALER_MODULE: Final = "torch.distributed.fsdp.sharded_grad_scaler"
+"""Undocumented module of FSDP1's ``ShardedGradScaler`` (Lightning imports it from here too)."""
+
+
+def sharded_grad_scaler_class() -> type[torch.amp.GradScaler]:
+    """FSDP1's ``ShardedGradScaler`` (undocumented module :data:`SHARDED_GRAD_SCALER_MODULE`)."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    return ShardedGradScaler
+
+
+def scaler_device(scaler: torch.amp.GradScaler) -> str:
+    """The device type a ``GradScaler`` was made for. torch keeps it in the private attribute ``_device``."""
+    return str(scaler._device)
+
+
+OPTIMIZER_UNSCALES_ITSELF_ATTR: Final = "_step_supports_amp_scaling"
+"""Private optimizer attribute: ``True`` when ``step()`` unscales the gradients itself (fused optimizers); read by
+``torch.amp.GradScaler.step`` and by Lightning's precision plugins."""
+
+
+def optimizer_unscales_itself(optimizer: Any) -> bool:
+    """Whether ``optimizer.step()`` unscales gradients itself (so the plugin must not call ``unscale_``)."""
+    return bool(getattr(optimizer, OPTIMIZER_UNSCALES_ITSELF_ATTR, False))
+
+
+# -- Lightning: private or undocumented -----------------------------------------------------------------------------
+INPUT_DTYPE_ATTR: Final = "_desired_input_dtype"
+"""Private attribute of Lightning's ``FSDPPrecision``: the dtype its ``convert_input`` casts to. Set for code that
+reads it from Lightning's built-in class."""
+
+
+def set_lightning_input_dtype(plugin: Any, dtype: torch.dtype) -> None:
+    """Set :data:`INPUT_DTYPE_ATTR` on ``plugin``."""
+    setattr(plugin, INPUT_DTYPE_ATTR, dtype)
+
+
+MODEL_PARALLEL_SIZE_ATTRS: Final = ("_data_parallel_size", "_tensor_parallel_size")
+"""Private attributes of Lightning's ``ModelParallelStrategy`` holding its two mesh sizes (``"auto"`` or an int),
+resolved in ``setup_environment``."""
+
+
+def mesh_sizes(strategy: Any) -> tuple[Any, Any]:
+    """``(data_parallel_size, tensor_parallel_size)`` of a ``ModelParallelStrategy``, each ``"auto"`` or an int."""
+    return tuple(getattr(strategy, name) for name in MODEL_PARALLEL_SIZE_ATTRS)  # type: ignore[return-value]
+
+
+def set_data_parallel_size(strategy: Any, size: int) -> None:
+    """Set the data-parallel size of a ``ModelParallelStrategy`` before its ``setup_environment`` builds the mesh."""
+    setattr(strategy, MODEL_PARALLEL_SIZE_ATTRS[0], size)
+
+
+@contextmanager
+def configure_model_counted_as_overridden(module: Any) -> Iterator[None]:
+    """Inside the block, Lightning's ``is_overridden("configure_model", module)`` is true.
+
+    ``ModelParallelStrategy.setup`` refuses a LightningModule that does not override ``configure_model`` (it assumes
+    nothing else shards the model). When :class:`~precision_fsdp.fsdp2_strategy.FSDP2Strategy` has sharded the
+    model itself, it runs Lightning's ``setup`` inside this block. Undocumented behaviour used: ``is_overridden``
+    compares ``getattr(module, "configure_model")`` with ``LightningModule.configure_model``, so an instance
+    attribute holding another function counts as an override. The attribute is removed on exit.
+    """
+    if "configure_model" in vars(module):
+        yield
+        return
+
+    def configure_model(self: Any) -> None:
+        """Sharded by precision_fsdp.FSDP2Strategy's default policy."""
+
+    module.configure_model = types.MethodType(configure_model, module)
+    try:
+        yield
+    finally:
+        del module.configure_model
+
+
+THROUGHPUT_DTYPE_FUNCTION: Final = "_plugin_to_compute_dtype"
+"""Private function of ``<lightning>.callbacks.throughput_monitor`` that ``ThroughputMonitor.setup`` calls to learn
+a precision plugin's compute dtype. For any ``FSDPPrecision`` it returns ``mixed_precision_config.reduce_dtype``,
+which is fp32 under our ``*-mixed`` default (gradients reduced in fp32) although compute runs in bf16/fp16."""
+
+_ROUTED_MARK: Final = "__precision_fsdp_routed__"
+
+
+def route_throughput_compute_dtype(
+    lightning: types.ModuleType, compute_dtype_of: Callable[[Any], Optional[Any]]
+) -> None:
+    """Make ``ThroughputMonitor`` of the Lightning namespace ``lightning`` ask ``compute_dtype_of(plugin)`` first.
+
+    ``compute_dtype_of`` returns a ``torch.dtype`` for plugins of this package and ``None`` for all others, which
+    keep Lightning's answer. Installed once per namespace (idempotent), by the plugin's constructor.
+    """
+    module: Any = getattr(lightning.callbacks, "throughput_monitor")  # noqa: B009
+    original = getattr(module, THROUGHPUT_DTYPE_FUNCTION)
+    if getattr(original, _ROUTED_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def compute_dtype(plugin: Any) -> Any:
+        ours = compute_dtype_of(plugin)
+        return original(plugin) if ours is None else ours
+
+    setattr(compute_dtype, _ROUTED_MARK, True)
+    setattr(module, THROUGHPUT_DTYPE_FUNCTION, compute_dtype)
+
+
+# -- the list the compat test walks ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fenced:
+    """One fenced symbol.
+
+    Attributes:
+        name: what the message names, e.g. ``"torch.amp.GradScaler._device"``.
+        check: returns ``None`` when the symbol is as this module expects, else one line saying what changed.
+    """
+
+    name: str
+    check: Callable[[], Optional[str]]
+
+
+def _has_params(func: Any, *names: str) -> Optional[str]:
+    params = inspect.signature(func).parameters
+    missing = [n for n in names if n not in params]
+    return f"parameters {missing} missing from signature {inspect.signature(func)}" if missing else None
+
+
+def _check_fsdp2() -> Optional[str]:
+    return _has_params(fully_shard, "module", "mesh", "mp_policy", "reshard_after_forward")
+
+
+def _check_policy() -> Optional[str]:
+    return _has_params(MixedPrecisionPolicy, "param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
+
+
+def _check_fsdp1_mp() -> Optional[str]:
+    return _has_params(MixedPrecision, "param_dtype", "reduce_dtype", "buffer_dtype")
+
+
+def _check_fsdp1_clip() -> Optional[str]:
+    return _has_params(FullyShardedDataParallel.clip_grad_norm_, "max_norm")
+
+
+def _check_sharded_scaler() -> Optional[str]:
+    cls = sharded_grad_scaler_class()
+    if not issubclass(cls, torch.amp.GradScaler):
+        return "is no longer a torch.amp.GradScaler"
+    return _has_params(cls, "device", "init_scale", "growth_factor", "backoff_factor", "growth_interval")
+
+
+def _check_scaler_device() -> Optional[str]:
+    try:
+        return None if scaler_device(torch.amp.GradScaler("cpu")) == "cpu" else "does not hold the device type"
+    except AttributeError:
+        return "attribute is gone"
+
+
+def _check_unscales_itself() -> Optional[str]:
+    source = inspect.getsource(torch.amp.GradScaler.step)
+    return None if OPTIMIZER_UNSCALES_ITSELF_ATTR in source else "torch.amp.GradScaler.step no longer reads it"
+
+
+def _lightning_fsdp_precision() -> Any:
+    from lightning.pytorch.plugins.precision import FSDPPrecision
+
+    return FSDPPrecision
+
+
+def _check_input_dtype_attr() -> Optional[str]:
+    source = inspect.getsource(_lightning_fsdp_precision())
+    return None if INPUT_DTYPE_ATTR in source else "Lightning's FSDPPrecision no longer uses it"
+
+
+def _check_mesh_sizes() -> Optional[str]:
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    strategy = ModelParallelStrategy(data_parallel_size=3, tensor_parallel_size=1)
+    if mesh_sizes(strategy) != (3, 1):
+        return f"no longer hold the constructor's sizes (got {mesh_sizes(strategy)!r})"
+    source = inspect.getsource(ModelParallelStrategy.setup_environment)
+    return None if all(n in source for n in MODEL_PARALLEL_SIZE_ATTRS) else "setup_environment no longer reads them"
+
+
+def _check_configure_model_override() -> Optional[str]:
+    import lightning.pytorch as pl
+    from lightning.pytorch.strategies import ModelParallelStrategy
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    module = pl.LightningModule()
+    if is_overridden("configure_model", module):
+        return "a plain LightningModule already counts as overriding configure_model"
+    with configure_model_counted_as_overridden(module):
+        inside = is_overridden("configure_model", module)
+    if not inside or is_overridden("configure_model", module):
+        return "an instance attribute no longer counts as an override (or was not removed)"
+    source = inspect.getsource(ModelParallelStrategy.setup)
+    return None if "configure_model" in source else "ModelParallelStrategy.setup no longer checks configure_model"
+
+
+def _check_throughput_function() -> Optional[str]:
+    from lightning.pytorch.callbacks import ThroughputMonitor, throughput_monitor
+
+    func = getattr(throughput_monitor, THROUGHPUT_DTYPE_FUNCTION, None)
+    if func is None:
+        return "function is gone"
+    if list(inspect.signature(func).parameters) != ["plugin"]:
+        return f"signature changed to {inspect.signature(func)}"
+    source = inspect.getsource(ThroughputMonitor.setup)
+    return None if THROUGHPUT_DTYPE_FUNCTION in source else "ThroughputMonitor.setup no longer calls it"
+
+
+FENCED: Final[tuple[Fenced, ...]] = (
+    Fenced(f"{FSDP2_MODULE}.fully_shard", _check_fsdp2),
+    Fenced(f"{FSDP2_MODULE}.MixedPrecisionPolicy", _check_policy),
+    Fenced("torch.distributed.fsdp.MixedPrecision", _check_fsdp1_mp),
+    Fenced("torch.distributed.fsdp.FullyShardedDataParallel.clip_grad_norm_", _check_fsdp1_clip),
+    Fenced(f"{SHARDED_GRAD_SCALER_MODULE}.ShardedGradScaler", _check_sharded_scaler),
+    Fenced("torch.amp.GradScaler._device", _check_scaler_device),
+    Fenced(f"torch.optim.Optimizer.{OPTIMIZER_UNSCALES_ITSELF_ATTR}", _check_unscales_itself),
+    Fenced(f"lightning.pytorch.plugins.precision.FSDPPrecision.{INPUT_DTYPE_ATTR}", _check_input_dtype_attr),
+    Fenced(
+        "lightning.pytorch.strategies.ModelParallelStrategy." + "/".join(MODEL_PARALLEL_SIZE_ATTRS),
+        _check_mesh_sizes,
+    ),
+    Fenced(
+        "lightning.pytorch.utilities.model_helpers.is_overridden('configure_model')",
+        _check_configure_model_override,
+    ),
+    Fenced(f"lightning.pytorch.callbacks.throughput_monitor.{THROUGHPUT_DTYPE_FUNCTION}", _check_throughput_function),
+)
+"""Every fenced symbol, checked by ``tests/test_compat.py``."""
+
+__all__ = [
+    "DTENSOR_MODULE",
+    "DTensor",
+    "FENCED",
+    "FSDP2_MODULE",
+    "FSDPModule",
+    "FullyShardedDataParallel",
+    "MixedPrecision",
+    "MixedPrecisionPolicy",
+    "fully_shard",
+]

@@ -1,0 +1,398 @@
+"""``FSDPPrecisionImpl``: all code of ``precision_fsdp.FSDPPrecision``, in a mixin without Lightning bases.
+
+The concrete class (:mod:`precision_fsdp.plugin`) lists this mixin and Lightning's ``FSDPPrecision`` as bases and
+nothing else, so ``precision_base.namespaces.for_namespace`` builds the same class for ``pytorch_lightning``.
+Namespace-specific classes are reached through ``self.lightning``; Lightning's methods through ``super()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+
+import torch
+from torch.amp import GradScaler
+from torch.optim import Optimizer
+from typing_extensions import override
+
+from precision_base import PRECISIONS, PrecisionPlugin
+from precision_base.casting import cast_floating, default_dtype
+from precision_base.contract import DtypeTable
+from precision_fsdp import _compat, resume
+from precision_fsdp.clipping import clip_grad_norm
+from precision_fsdp.overflow import OverflowWatch
+from precision_fsdp.policy import DtypePlan, dtype_name, parse_dtype
+from precision_fsdp.scaler import (
+    check_scaler_options,
+    check_user_scaler,
+    is_sharded_scaler,
+    make_scaler,
+    move_state,
+    provisional_device,
+)
+from precision_fsdp.selection import choose_strategy
+from precision_fsdp.sharding import FSDPVersion, fsdp1_root, fsdp_version_of
+
+if TYPE_CHECKING:
+    from lightning.pytorch.plugins.precision import FSDPPrecision as _LightningBase
+    from torch.distributed.device_mesh import DeviceMesh
+else:
+    _LightningBase = object  # at run time the concrete class supplies Lightning's FSDPPrecision of its namespace
+
+_LIGHTNING_PRECISION_ERROR = (
+    "`precision={precision!r})` is not supported in FSDP. `precision` must be one of: {supported}."
+)
+"""Lightning's ``FSDPPrecision`` message for an unsupported precision (kept verbatim, ours follows it)."""
+
+_LIGHTNING_TRUE_WARNING = "FSDP with `{precision}` enables computation in lower precision."
+"""First sentence of Lightning's ``*-true`` warning, kept verbatim. Lightning's second sentence ("FSDP will always
+retain a full-precision copy of the model parameters for sharding") is false here and in Lightning: the module is
+cast to fp16/bf16 before FSDP shards it, so the sharded parameters are fp16/bf16. Ours says what is true instead."""
+
+
+def _cast_unsharded_(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Cast, in place, the floating parameters and buffers of ``module`` that FSDP2 has not sharded yet."""
+    for sub in module.modules():
+        for param in sub.parameters(recurse=False):
+            if not isinstance(param, _compat.DTensor) and param.is_floating_point() and param.dtype != dtype:
+                param.data = param.data.to(dtype)
+        for name, buf in list(sub.named_buffers(recurse=False)):
+            if buf.is_floating_point() and buf.dtype != dtype:
+                setattr(sub, name, buf.to(dtype))  # assigning to a buffer's name keeps it a (non-)persistent buffer
+
+
+class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]  # precision: str vs Literal
+    """Precision plugin for Fully Sharded Data Parallel: FSDP1 (``FSDPStrategy``) and FSDP2 (``fully_shard`` under
+    ``ModelParallelStrategy`` or :class:`~precision_fsdp.FSDP2Strategy`).
+
+    Dtypes (``dtypes()`` gives the full table for FSDP1 and FSDP2):
+
+    ============  ==================  =============  ==============================  ==========
+    precision     sharded params      compute        gradient reduction (default)    autocast
+    ============  ==================  =============  ==============================  ==========
+    32-true       fp32                fp32           fp32                            off
+    16-true       fp16                fp16           fp16                            off
+    bf16-true     bf16                bf16           bf16                            off
+    16-mixed      fp32                fp16           fp32                            fp16
+    bf16-mixed    fp32                bf16           fp32                            bf16
+    ============  ==================  =============  ==============================  ==========
+
+    Args:
+        precision: ``"32-true"``, ``"16-true"``, ``"bf16-true"``, ``"16-mixed"`` or ``"bf16-mixed"`` (Lightning's
+            aliases ``"32"``, ``"16"``, ``"bf16"``, ``32``, ``16`` are accepted too).
+        scaler: for ``16-mixed`` only: a ``torch.amp.GradScaler`` (FSDP2) or ``ShardedGradScaler`` (FSDP1) to use.
+            ``None`` builds the right kind for the FSDP version and device when the plugin is connected.
+        reduce_dtype: dtype gradients are reduce-scattered in (``torch.float32``/``"fp32"``, ``"bf16"``,
+            ``"fp16"``). Default: fp32 for ``*-mixed`` and ``32-true``, the parameter dtype for ``*-true``.
+        init_scale: the default ``16-mixed`` scaler's starting scale. This and the three settings below are
+            reachable by name through ``precision_base.resolve("fsdp:16-mixed", init_scale=...)``.
+        growth_factor: factor the default scaler multiplies its scale by after ``growth_interval`` clean steps.
+        backoff_factor: factor the default scaler multiplies its scale by after a step with inf/NaN gradients.
+        growth_interval: number of consecutive clean steps before the default scaler grows its scale.
+        max_skipped_steps: ``16-mixed`` only: stop training with :class:`~precision_fsdp.overflow.OverflowStormError`
+            after this many optimizer steps in a row were skipped for inf/NaN gradients (default 50; ``None``
+            never stops). A warning is given at half that count.
+
+    Raises:
+        ValueError: unsupported ``precision`` (Lightning's message first); a scaler or scaler options for a
+            precision that does not scale; an unsupported ``reduce_dtype``.
+    """
+
+    backend: ClassVar[str] = "fsdp"
+    precisions: ClassVar[tuple[str, ...]] = PRECISIONS
+    lightning_precision_error: ClassVar[Optional[str]] = _LIGHTNING_PRECISION_ERROR
+
+    def __init__(
+        self,
+        precision: Union[str, int],
+        scaler: Optional[GradScaler] = None,
+        *,
+        reduce_dtype: Optional[Union[torch.dtype, str]] = None,
+        init_scale: Optional[float] = None,
+        growth_factor: Optional[float] = None,
+        backoff_factor: Optional[float] = None,
+        growth_interval: Optional[int] = None,
+        max_skipped_steps: Optional[int] = 50,
+    ) -> None:
+        canonical = self.canonical_precision(precision)
+        options = check_scaler_options(
+            canonical,
+            scaler,
+            {
+                "init_scale": init_scale,
+                "growth_factor": growth_factor,
+                "backoff_factor": backoff_factor,
+                "growth_interval": growth_interval,
+            },
+        )
+        self.precision = canonical  # type: ignore[assignment]
+        self._plan = DtypePlan.for_precision(canonical, None if reduce_dtype is None else parse_dtype(reduce_dtype))
+        _compat.set_lightning_input_dtype(self, self._plan.inputs)
+        self._scaler_options = options
+        self._user_scaler = scaler is not None
+        self._fsdp_version: Optional[FSDPVersion] = None
+        self._fsdp1_root: Optional[torch.nn.Module] = None
+        self._warned_true = False
+        self.scaler: Optional[GradScaler] = scaler  # type: ignore[assignment]
+        if scaler is None and canonical == "16-mixed":
+            # provisional: holds the settings and any loaded state until connect() knows the FSDP version and device
+            self.scaler = make_scaler(2, provisional_device(), options)
+        self._overflow = OverflowWatch(max_skipped_steps) if canonical == "16-mixed" else None
+        _compat.route_throughput_compute_dtype(self.lightning, _compute_dtype_of)
+
+    # -- what the plugin declares ---------------------------------------------------------------------------
+    @property
+    def reduce_dtype(self) -> torch.dtype:
+        """Dtype gradients are reduce-scattered in (FSDP1 and FSDP2)."""
+        return self._plan.reduce
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        """Dtype of the unsharded parameters during forward and backward (FSDP's ``param_dtype``): the compute
+        dtype, which Lightning's ``ThroughputMonitor`` reports for this plugin."""
+        return self._plan.compute
+
+    @property
+    def fsdp_version(self) -> Optional[FSDPVersion]:
+        """1 or 2 once the plugin has seen the model (or sharded it with :meth:`fully_shard`), else ``None``."""
+        return self._fsdp_version
+
+    @override
+    def dtypes(self, fsdp_version: Optional[FSDPVersion] = None) -> DtypeTable:
+        """The dtype of parameters, compute, reduction, buffers and inputs.
+
+        Args:
+            fsdp_version: 1 (``FSDPStrategy``) or 2 (``fully_shard``). Default: the version the plugin is used with,
+                or 2 before it knows (the two differ only in the buffers row).
+        """
+        return self._plan.table(fsdp_version or self._fsdp_version or 2)
+
+    @override
+    def describe(self) -> Mapping[str, Any]:
+        """The FSDP1 and FSDP2 configs, the FSDP1 dtype table and the scaler, for ``precision-plugins show``."""
+        mp = self._plan.fsdp1_mixed_precision()
+        policy = self._plan.fsdp2_policy()
+        facts: dict[str, Any] = {
+            "FSDP1 MixedPrecision (FSDPStrategy)": {
+                "param_dtype": _name(mp.param_dtype),
+                "reduce_dtype": _name(mp.reduce_dtype),
+                "buffer_dtype": _name(mp.buffer_dtype),
+            },
+            "FSDP1 dtypes": dict(self.dtypes(1).rows()),
+            "FSDP2 MixedPrecisionPolicy (fully_shard)": {
+                "param_dtype": _name(policy.param_dtype),
+                "reduce_dtype": _name(policy.reduce_dtype),
+                "output_dtype": _name(policy.output_dtype),
+                "cast_forward_inputs": policy.cast_forward_inputs,
+            },
+        }
+        if self.scaler is not None:
+            facts["scaler"] = {
+                "kind": type(self.scaler).__name__,
+                "device": _compat.scaler_device(self.scaler),
+            } | dict(self.scaler.state_dict())
+        return facts
+
+    @property
+    @override
+    def mixed_precision_config(self) -> _compat.MixedPrecision:
+        """FSDP1's ``MixedPrecision``: ``param_dtype`` = compute dtype, ``reduce_dtype`` = :attr:`reduce_dtype`,
+        ``buffer_dtype`` = compute dtype. ``FSDPStrategy`` passes it to ``FullyShardedDataParallel``.
+
+        Warns (``*-true``, once), like Lightning's: "FSDP with `16-true` enables computation in lower precision."
+        """
+        self._warn_true_precision()
+        return self._plan.fsdp1_mixed_precision()
+
+    @property
+    def mixed_precision_policy(self) -> _compat.MixedPrecisionPolicy:
+        """FSDP2's ``MixedPrecisionPolicy``: ``param_dtype`` = compute dtype, ``reduce_dtype`` = :attr:`reduce_dtype`,
+        forward inputs cast to ``param_dtype``, outputs left in it."""
+        return self._plan.fsdp2_policy()
+
+    def _warn_true_precision(self) -> None:
+        if self._plan.mixed or self.precision == "32-true" or self._warned_true:
+            return
+        self._warned_true = True
+        low = dtype_name(self._plan.storage)
+        self.lightning.utilities.rank_zero_warn(
+            _LIGHTNING_TRUE_WARNING.format(precision=self.precision)
+            + f" The sharded parameters, gradients and optimizer state are {low} as well (precision-fsdp keeps no "
+            "full-precision copy); use the matching '-mixed' precision to keep fp32 parameters."
+        )
+
+    def fully_shard(self, module: torch.nn.Module, mesh: Optional[DeviceMesh] = None, **kwargs: Any) -> Any:
+        """Shard ``module`` with FSDP2 using this plugin's dtypes; the one line a ``configure_model`` needs::
+
+            def configure_model(self):
+                for layer in self.model.layers:
+                    self.trainer.precision_plugin.fully_shard(layer, mesh=self.device_mesh["data_parallel"])
+                self.trainer.precision_plugin.fully_shard(self.model, mesh=self.device_mesh["data_parallel"])
+
+        Parameters and buffers not yet sharded are first cast to the storage dtype (fp32 for ``32-true`` and
+        ``*-mixed``, fp16/bf16 for ``*-true``); ``mp_policy`` is :attr:`mixed_precision_policy`. Other keyword
+        arguments go to torch's ``fully_shard``. Returns the sharded module. (Without a ``configure_model``,
+        :class:`~precision_fsdp.FSDP2Strategy` calls this for you by its wrap policy.)
+
+        Warns (``*-true``, once), like Lightning's: "FSDP with `16-true` enables computation in lower precision."
+
+        Raises:
+            TypeError: ``mp_policy`` is passed (the dtypes come from the plugin and nowhere else).
+        """
+        if "mp_policy" in kwargs:
+            raise TypeError(
+                "FSDPPrecision.fully_shard() sets mp_policy from the plugin's precision; do not pass one (choose "
+                "the precision and reduce_dtype on the plugin instead)"
+            )
+        self._warn_true_precision()
+        _cast_unsharded_(module, self._plan.storage)
+        self._fsdp_version = 2
+        return _compat.fully_shard(module, mesh=mesh, mp_policy=self.mixed_precision_policy, **kwargs)
+
+    # -- Trainer front door ---------------------------------------------------------------------------------
+    @override
+    def configure_strategy(self, strategy: Any, *, accelerator: Any, devices: Any) -> Any:
+        """``"auto"`` becomes :class:`~precision_fsdp.FSDP2Strategy` (FSDP2, default wrap policy) on every
+        accelerator; ``"fsdp"``/``FSDPStrategy`` (FSDP1) is kept on CUDA and refused on CPU; any
+        ``ModelParallelStrategy`` is kept; other strategies raise
+        :class:`~precision_base.TrainerConfigurationError` naming what to pass. See :mod:`precision_fsdp.selection`.
+        """
+        return choose_strategy(self.spec, self.lightning, strategy, accelerator=accelerator, devices=devices)
+
+    @override
+    def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:
+        """Learn the device, the FSDP version and (FSDP1) the root module from the model, then ready the scaler."""
+        version = fsdp_version_of(model)
+        if version is not None:
+            self._fsdp_version = version
+        self._fsdp1_root = fsdp1_root(model)
+        result = super().connect(model, optimizers, lr_schedulers)
+        self._ready_scaler()
+        return result
+
+    def _ready_scaler(self) -> None:
+        if self.scaler is None:
+            return
+        version: FSDPVersion = self._fsdp_version or 2
+        if self._user_scaler:
+            check_user_scaler(self.scaler, version, self.device_type)
+            return
+        right_kind = is_sharded_scaler(self.scaler) == (version == 1)
+        if not right_kind or _compat.scaler_device(self.scaler) != self.device_type:
+            self.scaler = move_state(self.scaler, make_scaler(version, self.device_type, self._scaler_options))
+
+    # -- Lightning's Precision API --------------------------------------------------------------------------
+    @override
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """``*-true``: cast floating parameters and buffers to fp16/bf16/fp32 (skipped when they already are, which
+        :meth:`fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32."""
+        if self._plan.mixed:
+            return module
+        target = self._plan.storage
+        tensors = [*module.parameters(), *module.buffers()]
+        if any(t.is_floating_point() and t.dtype != target for t in tensors):
+            return module.to(dtype=target)
+        return module
+
+    @override
+    def tensor_init_context(self) -> AbstractContextManager[None]:
+        """Floating tensors created inside are in the storage dtype (fp32 for ``32-true``/``*-mixed``)."""
+        return default_dtype(self._plan.storage)
+
+    @override
+    def module_init_context(self) -> AbstractContextManager[None]:
+        """Parameters of modules created inside are in the storage dtype (fp32 for ``32-true``/``*-mixed``)."""
+        return default_dtype(self._plan.storage)
+
+    @override
+    def forward_context(self) -> AbstractContextManager[Any]:
+        """``*-mixed``: ``torch.autocast`` on :attr:`device_type` (the strategy's device: cuda, cpu, xpu ...) in
+        fp16/bf16. ``*-true``: new floating tensors default to the parameter dtype."""
+        if self._plan.autocast is not None:
+            return torch.autocast(self.device_type, dtype=self._plan.autocast)
+        return default_dtype(self._plan.storage)
+
+    @override
+    def convert_input(self, data: Any) -> Any:
+        """Floating tensors -> fp32 for ``*-mixed`` (autocast and FSDP take it from there), else the parameter
+        dtype. Integer tensors are left alone."""
+        return cast_floating(data, self._plan.inputs)
+
+    @override
+    def optimizer_step(  # type: ignore[override]  # Lightning's own FSDPPrecision does the same
+        self, optimizer: Any, model: Any, closure: Callable[[], Any], **kwargs: Any
+    ) -> Any:
+        """Lightning's step (with a scaler: closure, unscale so clipping sees true gradients, hooks and clipping,
+        then the scaler steps, skipping on inf/NaN, and updates). Under ``16-mixed``, a run of skipped steps is
+        watched: see ``max_skipped_steps``."""
+        before = self.scaler.get_scale() if self.scaler is not None else None
+        output = super().optimizer_step(optimizer, model, closure, **kwargs)
+        if self.scaler is not None and self._overflow is not None and before is not None:
+            self._overflow.after_step(self.scaler.get_scale() < before, self.scaler.get_scale(), self.spec)
+        return output
+
+    @override
+    def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: Union[int, float]) -> None:
+        """Clip by the exact global norm: DTensor gradients under FSDP2, the root's ``clip_grad_norm_`` under FSDP1.
+
+        Raises:
+            precision_fsdp.clipping.ClipGradNormError: the global norm cannot be computed exactly; the message
+                starts with Lightning's and names ``gradient_clip_algorithm='value'`` and the other alternatives.
+        """
+        clip_grad_norm(self.main_params(optimizer), clip_val, self._fsdp1_root, type(self).__name__)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The scaler's state for ``16-mixed`` (the keys of Lightning's built-in, so checkpoints move between both
+        classes), else empty."""
+        return dict(self.scaler.state_dict()) if self.scaler is not None else {}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the scaler's state (written by this class or Lightning's built-in). State for a scaler this
+        precision does not have was announced by :meth:`on_load_checkpoint` and is dropped."""
+        if self.scaler is not None and state_dict:
+            self.scaler.load_state_dict(state_dict)
+
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record the precision in the checkpoint (key ``"precision_fsdp"``; Lightning's built-in ignores it)."""
+        resume.record(checkpoint, self.precision)
+        super().on_save_checkpoint(checkpoint)
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Before the state is restored: compare the checkpoint's precision with this one.
+
+        Warns: what changes, e.g. "resuming a checkpoint written under precision '16-mixed' with precision
+        'bf16-mixed': the 16-mixed loss scaler state is dropped: bf16-mixed does not scale the loss; ...".
+
+        Raises:
+            precision_fsdp.resume.PrecisionChangeError: the parameter storage dtype differs (``*-true`` on one side).
+        """
+        saved = resume.saved_precision(checkpoint, type(self).__qualname__)
+        if saved is not None:
+            init_scale = self.scaler.get_scale() if self.scaler is not None else None
+            said = resume.changes(saved, self.precision, init_scale)
+            if said:
+                self.lightning.utilities.rank_zero_warn(resume.message(saved, self.precision, said))
+        super().on_load_checkpoint(checkpoint)
+
+    # -- pickling -------------------------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fsdp1_root"] = None  # a live model does not travel with the plugin
+        return state
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(precision={self.precision!r}, reduce_dtype={dtype_name(self.reduce_dtype)})"
+
+
+def _compute_dtype_of(plugin: Any) -> Optional[torch.dtype]:
+    """What Lightning's ``ThroughputMonitor`` reports for ``plugin``: the compute dtype for ours, else ``None``."""
+    return plugin.param_dtype if isinstance(plugin, FSDPPrecisionImpl) else None
+
+
+def _name(dtype: Optional[torch.dtype]) -> Optional[str]:
+    return None if dtype is None else dtype_name(dtype)

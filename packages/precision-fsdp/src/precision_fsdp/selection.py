@@ -1,0 +1,80 @@
+"""Which Lightning strategy an FSDP precision plugin trains with, chosen before Lightning sees any argument.
+
+* ``strategy="auto"`` becomes :class:`~precision_fsdp.fsdp2_strategy.FSDP2Strategy` on every accelerator, CUDA
+  included: FSDP2 (``fully_shard``) is the FSDP PyTorch develops (FSDP1 is in maintenance), it is the one that runs
+  on CPU (gloo) as well as on GPUs, so one default behaves the same everywhere, and its per-parameter DTensor
+  sharding gives the exact global norm for clip-by-norm. The model is sharded by a default policy unless the
+  LightningModule shards it in ``configure_model``.
+* FSDP1 stays one word away: ``strategy="fsdp"`` (or any ``FSDPStrategy``) on CUDA GPUs.
+* any ``ModelParallelStrategy`` (FSDP2 with your own ``configure_model``) is accepted on any accelerator.
+* anything else (``"ddp"``, ``"deepspeed"`` ...) is refused, naming what to pass instead.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Union
+
+from precision_base.namespaces import NAMESPACES, for_namespace
+from precision_base.plugin_support import registered_strategy_class, uses_cpu, wrong_strategy_error
+from precision_fsdp.fsdp2_strategy import FSDP2Strategy
+
+HOW_FSDP2 = (
+    'strategy="auto" (FSDP2, sharded by a default policy; precision_fsdp.FSDP2Strategy(auto_wrap_policy=...) to '
+    "choose the units), or ModelParallelStrategy(data_parallel_size=<devices>, tensor_parallel_size=1) with "
+    'self.trainer.precision_plugin.fully_shard(module, mesh=self.device_mesh["data_parallel"]) in configure_model'
+)
+HOW_FSDP1 = 'strategy="fsdp" (or FSDPStrategy(...)) on CUDA GPUs'
+
+
+def _lightning_fsdp_on_cpu(accelerator: Any) -> str:
+    """Lightning's own message for FSDP1 on a non-CUDA accelerator, verbatim (``_AcceleratorConnector``)."""
+    shown = "cpu" if accelerator == "auto" else accelerator
+    return (
+        f"The strategy `fsdp` requires a GPU accelerator, but received `accelerator={shown!r}`. Please set "
+        "`accelerator='cuda'`, `accelerator='gpu'`, or pass a `CUDAAccelerator()` instance to use FSDP."
+    )
+
+
+def choose_strategy(
+    spec: str, lightning: types.ModuleType, strategy: Any, *, accelerator: Any, devices: Any
+) -> Union[str, Any]:
+    """Check ``strategy`` for the FSDP plugin ``spec`` and return the one the Trainer should use.
+
+    Args:
+        spec: the plugin's name, e.g. ``"fsdp:bf16-mixed"``.
+        lightning: the Lightning namespace's root module the plugin was built for.
+        strategy: the Trainer's ``strategy=`` argument.
+        accelerator: the Trainer's ``accelerator=`` argument.
+        devices: the Trainer's ``devices=`` argument (unused: every choice here works with any device count).
+
+    Raises:
+        TrainerConfigurationError: the strategy cannot run this plugin; the message says what to pass.
+    """
+    namespace = lightning.__name__
+    fsdp1: type = lightning.strategies.FSDPStrategy
+    model_parallel: type = lightning.strategies.ModelParallelStrategy
+    if isinstance(strategy, str):
+        if strategy == "auto":
+            built: type = for_namespace(FSDP2Strategy, namespace) if namespace in NAMESPACES else FSDP2Strategy
+            return built()
+        cls = registered_strategy_class(strategy, namespace)
+        if cls is not None and issubclass(cls, fsdp1):
+            if uses_cpu(accelerator):
+                raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(accelerator))
+            return strategy
+        raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.")
+    if isinstance(strategy, fsdp1):
+        if uses_cpu(accelerator):
+            raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(accelerator))
+        return strategy
+    if isinstance(strategy, model_parallel):
+        return strategy
+    raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.")
+
+
+def _fsdp1_on_cpu(accelerator: Any) -> str:
+    return (
+        f"{_lightning_fsdp_on_cpu(accelerator)} FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an "
+        f"accelerator for FullyShardedDataParallel). On CPU, use FSDP2: pass {HOW_FSDP2}."
+    )

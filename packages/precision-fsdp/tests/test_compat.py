@@ -1,0 +1,76 @@
+"""The fence: each private or undocumented torch / Lightning symbol precision_fsdp touches still exists with the shape
+``precision_fsdp._compat`` expects. Runs in milliseconds; a failure is one line naming the symbol."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from precision_fsdp import _compat
+
+PACKAGE = Path(_compat.__file__).parent
+
+
+@pytest.mark.parametrize("fenced", _compat.FENCED, ids=lambda f: f.name)
+def test_fenced_symbol_is_as_expected(fenced: _compat.Fenced) -> None:
+    try:
+        problem = fenced.check()
+    except (AttributeError, ImportError, TypeError, ValueError, OSError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem is not None:
+        pytest.fail(f"{fenced.name}: {problem}", pytrace=False)
+
+
+def _private_touches(path: Path) -> list[str]:
+    """Underscore attributes of other objects (``x._foo``) and imports from private modules, outside ``_compat``."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls", "_compat")):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+        private_module = (
+            isinstance(node, ast.ImportFrom)
+            and node.module is not None
+            and node.module.startswith(("torch", "lightning"))
+            and any(part.startswith("_") for part in node.module.split("."))
+        )
+        if private_module:
+            found.append(f"{path.name}:{node.lineno} from {node.module}")
+    return found
+
+
+def test_no_private_symbol_outside_the_fence() -> None:
+    touches = [t for p in sorted(PACKAGE.glob("*.py")) if p.name != "_compat.py" for t in _private_touches(p)]
+    assert touches == [], "private torch/Lightning symbols must go through precision_fsdp._compat"
+
+
+def test_every_lightning_override_is_marked() -> None:
+    """typing_extensions.override on every method the plugin and the strategy override from Lightning."""
+    import lightning.pytorch as pl
+
+    from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
+    from precision_fsdp.implementation import FSDPPrecisionImpl
+
+    for impl, lightning_base in (
+        (FSDPPrecisionImpl, pl.plugins.precision.FSDPPrecision),
+        (FSDP2StrategyImpl, pl.strategies.ModelParallelStrategy),
+    ):
+        for name, member in vars(impl).items():
+            func = member.fget if isinstance(member, property) else member
+            if not callable(func) or name.startswith("__") or not hasattr(lightning_base, name):
+                continue
+            assert getattr(func, "__override__", False), f"{impl.__name__}.{name} overrides Lightning without @override"
+
+
+def test_fully_shard_location_is_feature_detected() -> None:
+    import importlib
+
+    module = importlib.import_module(_compat.FSDP2_MODULE)
+    assert module.fully_shard is _compat.fully_shard
+    assert inspect.isclass(_compat.DTensor)
+    assert _compat.DTensor.__module__.startswith(_compat.DTENSOR_MODULE)

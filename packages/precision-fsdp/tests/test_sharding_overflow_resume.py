@@ -1,0 +1,104 @@
+"""Unit tests of the default FSDP2 wrap policy, the 16-mixed overflow watch and the resume-under-another-precision
+rules. The real 2-process runs of each live in tests-integration/test_fsdp_cpu_training.py."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+import torch
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
+
+from precision_fsdp import FSDP2Strategy
+from precision_fsdp.overflow import OverflowStormError, OverflowWatch
+from precision_fsdp.resume import PrecisionChangeError, changes, message, saved_precision
+from precision_fsdp.sharding import units_to_shard
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(width, width)
+        self.norm = torch.nn.LayerNorm(width)
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(4, 8)  # 40 parameters
+        self.blocks = torch.nn.Sequential(Block(8), Block(8))  # 88 each
+        self.act = torch.nn.ReLU()  # no parameters: never a unit
+        self.head = torch.nn.Linear(8, 1)  # 9
+
+
+def test_default_policy_is_each_direct_child_with_parameters() -> None:
+    net = Net()
+    assert units_to_shard(net) == [net.embed, net.blocks, net.head]
+
+
+@pytest.mark.parametrize("policy", [{Block}, [Block], (Block,)])
+def test_module_classes_select_every_instance(policy: Any) -> None:
+    net = Net()
+    assert units_to_shard(net, policy) == [net.blocks[0], net.blocks[1]]
+
+
+def test_size_threshold_counts_parameters_not_yet_in_a_unit() -> None:
+    net = Net()
+    # each Block holds 88 >= 80; the Sequential then holds nothing new; embed (40) and head (9) stay in the root
+    assert units_to_shard(net, 80) == [net.blocks[0], net.blocks[1]]
+    assert units_to_shard(net, 100) == [net.blocks], "the Sequential holds 176 parameters, no Block reaches 100"
+
+
+def test_torch_fsdp1_policies_have_the_same_meaning() -> None:
+    net = Net()
+    assert units_to_shard(net, ModuleWrapPolicy({Block})) == units_to_shard(net, {Block})
+    sized = functools.partial(size_based_auto_wrap_policy, min_num_params=80)
+    assert units_to_shard(net, sized) == units_to_shard(net, 80)
+
+
+@pytest.mark.parametrize(
+    ("policy", "error"), [(0, ValueError), (True, TypeError), ({int}, TypeError), ("x", TypeError)]
+)
+def test_bad_policy_is_refused_when_the_strategy_is_made(policy: Any, error: type) -> None:
+    with pytest.raises(error, match="auto_wrap_policy"):
+        FSDP2Strategy(auto_wrap_policy=policy)
+
+
+def test_overflow_watch_warns_at_half_and_stops_at_the_limit() -> None:
+    watch = OverflowWatch(4)
+    watch.after_step(True, 2.0, "fsdp:16-mixed")
+    with pytest.warns(RuntimeWarning, match=r"2 optimizer steps in a row were skipped"):
+        watch.after_step(True, 1.0, "fsdp:16-mixed")
+    watch.after_step(True, 0.5, "fsdp:16-mixed")
+    with pytest.raises(OverflowStormError, match=r"fsdp:16-mixed: 4 optimizer steps in a row.*scale now 0.25"):
+        watch.after_step(True, 0.25, "fsdp:16-mixed")
+    watch.after_step(False, 0.25, "fsdp:16-mixed")
+    assert watch.skipped_in_a_row == 0, "a clean step resets the count"
+
+
+def test_overflow_watch_off_and_bad_limits() -> None:
+    watch = OverflowWatch(None)
+    for _ in range(100):
+        watch.after_step(True, 1.0, "fsdp:16-mixed")
+    with pytest.raises(ValueError, match="max_skipped_steps"):
+        OverflowWatch(0)
+
+
+def test_resume_rules() -> None:
+    assert changes("bf16-mixed", "bf16-mixed", None) == []
+    said = changes("16-mixed", "bf16-mixed", None)
+    assert said[0] == "the 16-mixed loss scaler state is dropped: bf16-mixed does not scale the loss"
+    assert "compute runs in bfloat16 instead of float16" in said[1]
+    assert changes("32-true", "16-mixed", 65536.0)[0].startswith("the 16-mixed loss scaler starts fresh at scale 65536")
+    assert (
+        message("a", "b", ["x", "y"]) == "resuming a checkpoint written under precision 'a' with precision 'b': x; y."
+    )
+    with pytest.raises(PrecisionChangeError, match=r"'bf16-true' with precision 'bf16-mixed'.*bfloat16.*float32"):
+        changes("bf16-true", "bf16-mixed", None)
+
+
+def test_saved_precision_reads_ours_or_recognises_lightnings_16_mixed() -> None:
+    assert saved_precision({"precision_fsdp": {"precision": "32-true"}}, "FSDPPrecision") == "32-true"
+    assert saved_precision({"FSDPPrecision": {"scale": 2.0}}, "FSDPPrecision") == "16-mixed"
+    assert saved_precision({}, "FSDPPrecision") is None

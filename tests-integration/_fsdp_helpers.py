@@ -1,15 +1,13 @@
-"""Helpers for the fsdp integration tests: run ``_fsdp_train.py`` once per precision and cache its result."""
+"""Helpers for the fsdp integration tests: run ``_fsdp_train.py:train`` in 2 ranks once per precision, cached."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from precision_base.testing.launch import run_ranks
 
 HERE = Path(__file__).parent
 TRAIN_SCRIPT = HERE / "_fsdp_train.py"
@@ -48,17 +46,11 @@ class TrainingRuns:
     def _run(self, precision: str) -> dict[str, Any]:
         out = self.root / precision
         out.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, str(TRAIN_SCRIPT), precision, str(out)]
-        if precision == "16-mixed":
-            cmd += ["--inf-step", str(INF_STEP)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-        if proc.returncode != 0 or not (out / "result.json").exists():
-            raise AssertionError(
-                f"training run {' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stdout[-4000:]}\n"
-                f"{proc.stderr[-8000:]}"
-            )
-        result: dict[str, Any] = json.loads((out / "result.json").read_text())
+        args = {"precision": precision, "out": str(out), "inf_step": INF_STEP if precision == "16-mixed" else -1}
+        result: dict[str, Any] = run_ranks(
+            f"{TRAIN_SCRIPT}:train", args, world=2, threads=1, timeout=RUN_TIMEOUT_S, cwd=out,
+            env={"PYTHONWARNINGS": "ignore"},
+        )  # fmt: skip
         return result
 
 

@@ -4,12 +4,12 @@
 ``--package precision-fsdp``) and fails with one line per problem:
 
 * the version in the wheel's metadata equals ``__about__.__version__`` of the package in this tree;
-* dependencies: ``precision-base`` declares no torch, Lightning or DeepSpeed (outside extras);
-  ``precision-fsdp`` none on DeepSpeed; plugins require ``precision-base`` with a floor and a major cap and
-  never pin it with ``==``;
-* a plugin wheel registers its backend in the ``precision_base.plugins`` entry-point group;
-* the wheel holds ``py.typed`` and ``__about__.py``, no tests, no ``__pycache__``; the sdist holds the README,
-  the CHANGELOG, the pyproject and the tests.
+* dependencies: none on what the package list (``[tool.precision-plugins]`` in pyproject.toml) forbids it
+  (outside extras); plugins require ``precision-base`` with a floor and a major cap and never pin it with ``==``;
+* a plugin wheel registers its backend (from the package list) in the ``precision_base.plugins`` group;
+* the wheel holds ``py.typed``, ``__about__.py`` and the LICENSE, no tests, no ``__pycache__``; the sdist holds
+  the README, the CHANGELOG, the LICENSE, the pyproject and the tests;
+* with ``--release``: the CHANGELOG has an entry for the version (``nox -s bump`` writes it).
 """
 
 from __future__ import annotations
@@ -25,14 +25,9 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-from tools.packages import ROOT, Package, find
+from tools.packages import ROOT, Package, find, packages
 
-FORBIDDEN: dict[str, set[str]] = {
-    "precision-base": {"torch", "lightning", "pytorch-lightning", "deepspeed"},
-    "precision-fsdp": {"deepspeed"},
-    "precision-deepspeed": set(),
-}
-BACKENDS = {"precision-fsdp": "fsdp", "precision-deepspeed": "deepspeed"}
+LICENSE_TEXT = "Apache License"
 
 
 def _metadata(text: str) -> tuple[str, str, list[Requirement]]:
@@ -40,21 +35,22 @@ def _metadata(text: str) -> tuple[str, str, list[Requirement]]:
     return msg["Name"], msg["Version"], [Requirement(r) for r in msg.get_all("Requires-Dist") or []]
 
 
-def check_requirements(dist: str, requires: list[Requirement]) -> list[str]:
+def check_requirements(pkg: Package, requires: list[Requirement], base: str = "precision-base") -> list[str]:
     problems = []
+    dist = pkg.dist
     runtime = [r for r in requires if r.marker is None or "extra" not in str(r.marker)]
     for req in runtime:
         name = canonicalize_name(req.name)
-        if name in FORBIDDEN.get(dist, set()):
+        if name in pkg.forbid:
             problems.append(f"{dist} must not depend on {name}, but declares {req}")
-        if name == "precision-base":
+        if name == base:
             ops = {s.operator for s in req.specifier}
             if "==" in ops or ">=" not in ops or "<" not in ops:
-                problems.append(f"{dist} must require precision-base with a floor and a major cap, got {req}")
+                problems.append(f"{dist} must require {base} with a floor and a major cap, got {req}")
     return problems
 
 
-def check_wheel(path: Path, pkg: Package) -> list[str]:
+def check_wheel(path: Path, pkg: Package, base: str = "precision-base") -> list[str]:
     problems: list[str] = []
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
@@ -69,7 +65,9 @@ def check_wheel(path: Path, pkg: Package) -> list[str]:
         problems.append(f"{path.name}: metadata name {name!r} is not {pkg.dist!r}")
     if version != pkg.version():
         problems.append(f"{path.name}: metadata version {version} != {pkg.about} version {pkg.version()}")
-    problems += [f"{path.name}: {p}" for p in check_requirements(pkg.dist, requires)]
+    problems += [f"{path.name}: {p}" for p in check_requirements(pkg, requires, base)]
+    if f"{info_dir}/licenses/LICENSE" not in names:
+        problems.append(f"{path.name}: missing {info_dir}/licenses/LICENSE")
     for required in (f"{pkg.module}/__init__.py", f"{pkg.module}/__about__.py", f"{pkg.module}/py.typed"):
         if required not in names:
             problems.append(f"{path.name}: missing {required}")
@@ -79,7 +77,7 @@ def check_wheel(path: Path, pkg: Package) -> list[str]:
     outside = [n for n in names if not n.startswith((f"{pkg.module}/", f"{info_dir}/"))]
     if outside:
         problems.append(f"{path.name}: files outside {pkg.module}/: {outside[:5]}")
-    backend = BACKENDS.get(pkg.dist)
+    backend = pkg.backend
     if backend is not None:
         group = "precision_base.plugins"
         if not entry_points.has_section(group) or backend not in entry_points[group]:
@@ -87,13 +85,26 @@ def check_wheel(path: Path, pkg: Package) -> list[str]:
     return problems
 
 
-def check_sdist(path: Path, pkg: Package) -> list[str]:
+def check_sdist(path: Path, pkg: Package, release: bool = False) -> list[str]:
     with tarfile.open(path) as tf:
-        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+        members = {m.name.split("/", 1)[1]: m for m in tf.getmembers() if "/" in m.name}
+        names = set(members)
+        read = {
+            n: tf.extractfile(members[n]) for n in ("LICENSE", "CHANGELOG.md") if n in members and members[n].isfile()
+        }
+        texts = {n: f.read().decode() for n, f in read.items() if f is not None}
     problems = []
-    for required in ("pyproject.toml", "README.md", "CHANGELOG.md", "PKG-INFO", f"src/{pkg.module}/__about__.py"):
-        if required not in names:
-            problems.append(f"{path.name}: missing {required}")
+    required = ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "PKG-INFO", f"src/{pkg.module}/__about__.py")
+    for name in required:
+        if name not in names:
+            problems.append(f"{path.name}: missing {name}")
+    if "LICENSE" in names and LICENSE_TEXT not in texts.get("LICENSE", ""):
+        problems.append(f"{path.name}: LICENSE is not a file holding the license text")
+    heading = f"## [{pkg.version()}]"
+    if release and heading not in texts.get("CHANGELOG.md", ""):
+        problems.append(
+            f"{path.name}: CHANGELOG.md has no '{heading}' entry; run `nox -s bump -- {pkg.dist} <how>` first"
+        )
     if not any(n.startswith("tests/") for n in names):
         problems.append(f"{path.name}: ships no tests/ (the release workflow runs them from the sdist)")
     if any("__pycache__" in n for n in names):
@@ -101,7 +112,9 @@ def check_sdist(path: Path, pkg: Package) -> list[str]:
     return problems
 
 
-def check_dir(dist_dir: Path, only: str | None = None, root: Path = ROOT) -> tuple[list[str], list[str]]:
+def check_dir(
+    dist_dir: Path, only: str | None = None, root: Path = ROOT, release: bool = False
+) -> tuple[list[str], list[str]]:
     """``(checked file names, problems)`` for the artifacts in ``dist_dir``."""
     checked: list[str] = []
     problems: list[str] = []
@@ -118,7 +131,8 @@ def check_dir(dist_dir: Path, only: str | None = None, root: Path = ROOT) -> tup
         if only is not None and canonicalize_name(dist_name) != canonicalize_name(only):
             continue
         pkg = find(str(dist_name), root)
-        problems += check_wheel(path, pkg) if kind == "wheel" else check_sdist(path, pkg)
+        base = next(iter(packages(root).values())).dist
+        problems += check_wheel(path, pkg, base) if kind == "wheel" else check_sdist(path, pkg, release)
         seen.setdefault(pkg.dist, set()).add(kind)
         checked.append(path.name)
     for dist, kinds in seen.items():
@@ -133,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dist_dir", type=Path)
     parser.add_argument("--package", help="check only this distribution's files")
+    parser.add_argument("--release", action="store_true", help="also require a CHANGELOG entry for the version")
     args = parser.parse_args(argv)
-    checked, problems = check_dir(args.dist_dir, args.package)
+    checked, problems = check_dir(args.dist_dir, args.package, release=args.release)
     for name in checked:
         print(f"checked {name}")
     for problem in problems:

@@ -5,8 +5,9 @@
 
 * ``--full`` (nightly, manual): every matrix cell (``matrix`` tag) plus the CI slice's other sessions;
 * otherwise the CI slice (``ci`` tag), keeping a package's test cell only if that package is touched.
-  A change under ``packages/precision-base``, ``noxfile.py``, ``tools/``, ``constraints/`` or ``.github/``
-  touches every package; so does an unknown diff (no base revision, e.g. a new branch).
+  A change under the first package of the package list (precision-base), ``noxfile.py``, ``tools/``,
+  ``.github/`` or ``pyproject.toml`` touches every package; so does an unknown diff (no base revision, e.g. a new
+  branch). A path under ``tests-integration/`` or ``examples/`` that names a backend touches that package.
 """
 
 from __future__ import annotations
@@ -16,45 +17,48 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 
-PACKAGE_DIRS = {"packages/precision-fsdp/": "fsdp", "packages/precision-deepspeed/": "deepspeed"}
-EVERYTHING = ("packages/precision-base/", "noxfile.py", "tools/", "constraints/", ".github/", "pyproject.toml")
-PACKAGE_TAGS = ("base", "fsdp", "deepspeed")
+from tools.packages import ROOT, packages
+
+SHARED = ("noxfile.py", "tools/", ".github/", "pyproject.toml")
 
 
-def touched_packages(changed: Iterable[str] | None) -> set[str]:
-    """Package tags (``base``, ``fsdp``, ``deepspeed``) that a set of changed paths touches."""
+def touched_packages(changed: Iterable[str] | None, root: Path = ROOT) -> set[str]:
+    """Package tags (``base``, ``fsdp``, ``deepspeed``, ...) that a set of changed paths touches."""
+    pkgs = list(packages(root).values())
+    every = {p.tag for p in pkgs}
     if changed is None:
-        return set(PACKAGE_TAGS)
+        return every
+    everything = (*SHARED, f"packages/{pkgs[0].dist}/")
     touched: set[str] = set()
     for path in changed:
-        if path.startswith(EVERYTHING):
-            return set(PACKAGE_TAGS)
-        for prefix, tag in PACKAGE_DIRS.items():
-            if path.startswith(prefix):
-                touched.add(tag)
-        if path.startswith(("tests-integration/", "examples/")) and "fsdp" in path:
-            touched.add("fsdp")
-        if path.startswith(("tests-integration/", "examples/")) and "deepspeed" in path:
-            touched.add("deepspeed")
+        if path.startswith(everything):
+            return every
+        for pkg in pkgs[1:]:
+            own = path.startswith(f"packages/{pkg.dist}/")
+            if own or (path.startswith(("tests-integration/", "examples/")) and pkg.tag in path):
+                touched.add(pkg.tag)
     return touched
 
 
-def select(sessions: list[dict[str, object]], changed: Iterable[str] | None, full: bool) -> list[str]:
+def select(
+    sessions: list[dict[str, object]], changed: Iterable[str] | None, full: bool, root: Path = ROOT
+) -> list[str]:
     def tags(s: dict[str, object]) -> set[str]:
         return set(s.get("tags", []))  # type: ignore[arg-type]
 
+    package_tags = {p.tag for p in packages(root).values()}
     if full:
         chosen = [s for s in sessions if tags(s) & {"matrix", "ci"}]
     else:
-        touched = touched_packages(changed)
+        touched = touched_packages(changed, root)
         chosen = []
         for s in sessions:
             t = tags(s)
             if "ci" not in t:
                 continue
-            package_tags = t & set(PACKAGE_TAGS)
-            if package_tags and not package_tags & touched:
+            if t & package_tags and not t & package_tags & touched:
                 continue
             chosen.append(s)
     return [str(s["session"]) for s in chosen]

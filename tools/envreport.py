@@ -1,7 +1,8 @@
 """Print (or write) the versions actually installed in the running environment, as JSON.
 
-Run inside a nox session's virtualenv after installing: ``python -m tools.envreport -o report.json``.
-Uses ``importlib.metadata`` only, so it imports neither torch nor Lightning.
+Run inside a nox session's virtualenv after installing: ``python -m tools.envreport -o report.json torch lightning``
+(the noxfile names the distributions: the package list's and the backends'). Standard library only, so it runs on
+every Python of the matrix and imports neither torch nor Lightning.
 """
 
 from __future__ import annotations
@@ -13,20 +14,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-WATCHED = (
-    "torch",
-    "lightning",
-    "pytorch-lightning",
-    "deepspeed",
-    "precision-base",
-    "precision-fsdp",
-    "precision-deepspeed",
-    "packaging",
-    "pytest",
-)
 
-
-def installed(names: tuple[str, ...] = WATCHED) -> dict[str, str | None]:
+def installed(names: list[str]) -> dict[str, str | None]:
     versions: dict[str, str | None] = {}
     for name in names:
         try:
@@ -36,15 +25,16 @@ def installed(names: tuple[str, ...] = WATCHED) -> dict[str, str | None]:
     return versions
 
 
-def report() -> dict[str, object]:
-    return {"python": platform.python_version(), "platform": sys.platform, "versions": installed()}
+def report(names: list[str]) -> dict[str, object]:
+    return {"python": platform.python_version(), "platform": sys.platform, "versions": installed(names)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-o", "--output", type=Path)
+    parser.add_argument("names", nargs="+", help="distributions whose installed version to report")
     args = parser.parse_args(argv)
-    text = json.dumps(report(), indent=2, sort_keys=True)
+    text = json.dumps(report(args.names), indent=2, sort_keys=True)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text + "\n", encoding="utf-8")

@@ -1,10 +1,17 @@
-"""The three distributions of this repository and where their files live."""
+"""The distributions of this repository: read from ``[tool.precision-plugins]`` in the root ``pyproject.toml``.
+
+That table is the one list of packages. The nox sessions, CI planning (:mod:`tools.ci_plan`), the dist checks,
+the release workflow, the lowest-version cells and the docs hooks all read it through :func:`packages`, so adding
+a backend is a new folder under ``packages/`` and one line in that table.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -13,11 +20,17 @@ _VERSION_RE = re.compile(r'^__version__\s*=\s*["\']([^"\']+)["\']\s*$', re.MULTI
 
 @dataclass(frozen=True)
 class Package:
-    """One distribution: ``dist`` is its PyPI name, ``module`` its import name, ``path`` its folder."""
+    """One distribution: ``dist`` is its PyPI name, ``module`` its import name, ``path`` its folder.
+
+    ``backend`` is the name it registers in the ``precision_base.plugins`` entry-point group (``None`` for
+    precision-base); ``forbid`` the distributions it must never depend on at run time.
+    """
 
     dist: str
     module: str
     path: Path
+    backend: str | None = None
+    forbid: tuple[str, ...] = ()
 
     @property
     def about(self) -> Path:
@@ -36,6 +49,10 @@ class Package:
         return self.path / "tests"
 
     @property
+    def src(self) -> Path:
+        return self.path / "src"
+
+    @property
     def tag(self) -> str:
         """The short name used for nox tags and CI jobs: ``base``, ``fsdp``, ``deepspeed``."""
         return self.module.removeprefix("precision_")
@@ -52,11 +69,20 @@ def read_version(about: Path) -> str:
 
 
 def packages(root: Path = ROOT) -> dict[str, Package]:
-    """Packages keyed by import name, in dependency order (precision_base first)."""
+    """Packages keyed by import name, in the table's order (dependency order: precision_base first)."""
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    try:
+        rows = config["tool"]["precision-plugins"]["packages"]
+    except KeyError:
+        raise SystemExit(f"{root / 'pyproject.toml'}: no [tool.precision-plugins] packages = [...] table") from None
     found = {}
-    for module in ("precision_base", "precision_fsdp", "precision_deepspeed"):
-        dist = module.replace("_", "-")
-        found[module] = Package(dist=dist, module=module, path=root / "packages" / dist)
+    for row in rows:
+        dist = row["dist"]
+        module = row.get("module", dist.replace("-", "_"))
+        path = root / "packages" / dist
+        if not (path / "pyproject.toml").is_file():
+            raise SystemExit(f"{root / 'pyproject.toml'} lists {dist}, but {path}/pyproject.toml does not exist")
+        found[module] = Package(dist, module, path, row.get("backend"), tuple(row.get("forbid", ())))
     return found
 
 
@@ -67,3 +93,24 @@ def find(name: str, root: Path = ROOT) -> Package:
             return pkg
     known = ", ".join(p.dist for p in packages(root).values())
     raise SystemExit(f"unknown package {name!r}; expected one of {known}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.packages``: one line per package, ``dist module path`` (for shell scripts and workflows)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--json", action="store_true", help="a JSON list of distribution names")
+    args = parser.parse_args(argv)
+    pkgs = packages().values()
+    if args.json:
+        print(json.dumps([p.dist for p in pkgs]))
+    else:
+        for p in pkgs:
+            print(p.dist, p.module, p.path.relative_to(ROOT))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,64 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tools.check_dist import check_dir
-from tools.packages import Package
+from tools.tests.fake_repo import build, make_package, write_package_list
 
-PYPROJECT = """
-[build-system]
-requires = ["hatchling>=1.21"]
-build-backend = "hatchling.build"
-
-[project]
-name = "{dist}"
-dynamic = ["version"]
-readme = "README.md"
-dependencies = [{deps}]
-{entry_points}
-[tool.hatch.version]
-path = "src/{module}/__about__.py"
-
-[tool.hatch.build.targets.wheel]
-packages = ["src/{module}"]
-
-[tool.hatch.build.targets.sdist]
-include = ["src", "tests", "README.md", "CHANGELOG.md"]
-"""
-
-
-def make_package(root: Path, dist: str, deps: list[str], entry_point: bool, typed: bool = True) -> Package:
-    module = dist.replace("-", "_")
-    path = root / "packages" / dist
-    src = path / "src" / module
-    src.mkdir(parents=True)
-    (src / "__init__.py").write_text("")
-    (src / "__about__.py").write_text('__version__ = "0.3.0"\n')
-    if typed:
-        (src / "py.typed").write_text("")
-    (path / "tests").mkdir()
-    (path / "tests" / "test_x.py").write_text("def test_x():\n    pass\n")
-    (path / "README.md").write_text(f"# {dist}\n")
-    (path / "CHANGELOG.md").write_text("# Changelog\n")
-    backend = dist.removeprefix("precision-")
-    eps = f'[project.entry-points."precision_base.plugins"]\n{backend} = "{module}:INFO"\n' if entry_point else ""
-    (path / "pyproject.toml").write_text(
-        PYPROJECT.format(dist=dist, module=module, deps=", ".join(f'"{d}"' for d in deps), entry_points=eps)
-    )
-    return Package(dist=dist, module=module, path=path)
-
-
-def build(pkg: Package, out: Path) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "-q", "--outdir", str(out), str(pkg.path)],
-        check=True,
-        capture_output=True,
-    )
+ROWS = [
+    '{ dist = "precision-base", forbid = ["torch", "lightning", "pytorch-lightning", "deepspeed"] }',
+    '{ dist = "precision-fsdp", backend = "fsdp", forbid = ["deepspeed"] }',
+    '{ dist = "precision-deepspeed", backend = "deepspeed" }',
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +21,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("build")
     pytest.importorskip("hatchling")
     root = tmp_path_factory.mktemp("repo")
+    write_package_list(root, ROWS[:2])
     out = root / "dist"
     build(make_package(root, "precision-base", ["packaging>=22"], entry_point=False), out)
     build(make_package(root, "precision-fsdp", ["precision-base>=0.1,<1", "torch>=2.6"], entry_point=True), out)
@@ -80,21 +35,27 @@ def test_good_distributions_pass(built: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("dist", "deps", "entry_point", "typed", "expected"),
+    ("dist", "deps", "entry_point", "typed", "license_file", "expected"),
     [
-        ("precision-base", ["packaging>=22", "torch>=2.6"], False, True, "must not depend on torch"),
-        ("precision-fsdp", ["precision-base>=0.1,<1", "deepspeed>=0.16"], True, True, "must not depend on deepspeed"),
-        ("precision-fsdp", ["precision-base==0.1"], True, True, "floor and a major cap"),
-        ("precision-fsdp", ["precision-base>=0.1"], True, True, "floor and a major cap"),
-        ("precision-deepspeed", ["precision-base>=0.1,<1"], False, True, "no entry point 'deepspeed'"),
-        ("precision-deepspeed", ["precision-base>=0.1,<1"], True, False, "missing precision_deepspeed/py.typed"),
+        ("precision-base", ["packaging>=22", "torch>=2.6"], False, True, True, "must not depend on torch"),
+        ("precision-fsdp", ["precision-base>=0.1,<1", "deepspeed>=0.16"], True, True, True, "must not depend on deep"),
+        ("precision-fsdp", ["precision-base==0.1"], True, True, True, "floor and a major cap"),
+        ("precision-fsdp", ["precision-base>=0.1"], True, True, True, "floor and a major cap"),
+        ("precision-deepspeed", ["precision-base>=0.1,<1"], False, True, True, "no entry point 'deepspeed'"),
+        ("precision-deepspeed", ["precision-base>=0.1,<1"], True, False, True, "missing precision_deepspeed/py.typed"),
+        ("precision-fsdp", ["precision-base>=0.1,<1"], True, True, False, "missing LICENSE"),
+        ("precision-fsdp", ["precision-base>=0.1,<1"], True, True, False, "dist-info/licenses/LICENSE"),
     ],
 )
 def test_rule_breakers_are_reported(
-    tmp_path: Path, dist: str, deps: list[str], entry_point: bool, typed: bool, expected: str
+    tmp_path: Path, dist: str, deps: list[str], entry_point: bool, typed: bool, license_file: bool, expected: str
 ) -> None:
     pytest.importorskip("build")
-    pkg = make_package(tmp_path, dist, deps, entry_point, typed)
+    write_package_list(tmp_path, ROWS)
+    pkg = make_package(tmp_path, dist, deps, entry_point, typed, license_file)
+    for other in {"precision-base", "precision-fsdp", "precision-deepspeed"} - {dist}:  # listed, not built here
+        (tmp_path / "packages" / other).mkdir(parents=True)
+        (tmp_path / "packages" / other / "pyproject.toml").write_text("")
     build(pkg, tmp_path / "dist")
     _, problems = check_dir(tmp_path / "dist", root=tmp_path)
     assert any(expected in p for p in problems), problems
@@ -116,3 +77,21 @@ def test_version_mismatch_and_missing_sdist(built: Path, tmp_path: Path) -> None
         about.write_text(original)
     assert any("metadata version 0.3.0 != " in p for p in problems), problems
     assert any("found only ['wheel']" in p for p in problems), problems
+
+
+def test_release_needs_a_changelog_entry_for_the_version(built: Path) -> None:
+    _, problems = check_dir(built / "dist", only="precision-fsdp", root=built, release=True)
+    assert problems == [
+        "precision_fsdp-0.3.0.tar.gz: CHANGELOG.md has no '## [0.3.0]' entry; "
+        "run `nox -s bump -- precision-fsdp <how>` first"
+    ]
+
+
+def test_every_package_of_the_repository_carries_the_license_text() -> None:
+    from tools.packages import ROOT, packages
+
+    license_text = (ROOT / "LICENSE").read_text()
+    assert "Version 2.0, January 2004" in license_text
+    for pkg in packages().values():
+        assert (pkg.path / "LICENSE").read_text() == license_text, f"{pkg.path / 'LICENSE'} differs from LICENSE"
+        assert 'license-files = ["LICENSE"]' in pkg.pyproject.read_text()

@@ -1,0 +1,231 @@
+"""The version matrix: cells from ``tools/matrix.toml``, one JSON report per cell, the compatibility table.
+
+nox is the only runner. Each ``tests-<module>(...)`` session is one cell; while it runs, :func:`reporting`
+writes ``build/matrix/reports/<session>.json`` (requested and installed versions, status, test counts, the first
+failures). ``python -m tools.matrix table`` (the ``compat_table`` nox session, last in ``nox -t matrix``) merges
+the reports into ``build/matrix/compatibility.{md,json}``; ``--update-docs`` writes ``docs/compatibility.{md,json}``
+and each package README's rows instead (tracked files), ``--merge`` keeps the committed cells that did not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from tools.compat import first_failures, junit_counts, write
+from tools.packages import ROOT, Package, packages
+
+MATRIX_FILE = ROOT / "tools" / "matrix.toml"
+BUILD = ROOT / "build" / "matrix"
+REPORTS = BUILD / "reports"
+DOCS_TABLE = ROOT / "docs" / "compatibility.md"
+
+
+def load(path: Path = MATRIX_FILE) -> dict[str, Any]:
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True, eq=True)
+class Cell:
+    """One cell: a package on one Python with one value per crossed axis (or ``variant="lowest"``)."""
+
+    package: str
+    python: str
+    axes: dict[str, str] = field(default_factory=dict)
+    variant: str | None = None
+
+    @property
+    def requested(self) -> dict[str, str]:
+        return {"python": self.python, **self.axes, **({"variant": self.variant} if self.variant else {})}
+
+    @property
+    def id(self) -> str:
+        """The nox parameter id, e.g. ``python='3.11', torch='2.13', lightning='2.6'``."""
+        return ", ".join(f"{k}={v!r}" for k, v in {"python": self.python, **self.axes}.items())
+
+
+def _spec(entry: str | dict[str, Any]) -> str:
+    return entry if isinstance(entry, str) else str(entry["spec"])
+
+
+def requirements(cell: Cell, matrix: dict[str, Any]) -> list[str]:
+    """``name<spec>`` for each axis of the cell, e.g. ``torch==2.13.*`` (the cell's constraints file)."""
+    return [f"{axis}{_spec(matrix['axes'][axis][value])}" for axis, value in cell.axes.items()]
+
+
+def ci_requirement(axis: str, matrix: dict[str, Any]) -> str:
+    """The CI cell's requirement on one axis, e.g. ``torch==2.13.*``."""
+    return f"{axis}{_spec(matrix['axes'][axis][str(matrix['ci'][axis])])}"
+
+
+def environment(cell: Cell, matrix: dict[str, Any]) -> dict[str, str]:
+    """Environment variables the cell's axis values ask for (``env = {...}`` in ``tools/matrix.toml``)."""
+    env: dict[str, str] = {}
+    for axis, value in cell.axes.items():
+        entry = matrix["axes"][axis][value]
+        if isinstance(entry, dict):
+            env.update({k: str(v) for k, v in entry.get("env", {}).items()})
+    return env
+
+
+def _excluded(values: dict[str, str], matrix: dict[str, Any]) -> str | None:
+    for rule in matrix.get("exclude", []):
+        if all(values.get(k) == v for k, v in rule["match"].items()):
+            return str(rule["reason"])
+    return None
+
+
+def crossed(pkg: Package, matrix: dict[str, Any]) -> list[str]:
+    return list(matrix["crossed"].get(pkg.dist, matrix["crossed"]["default"]))
+
+
+def cells(pkg: Package, matrix: dict[str, Any]) -> list[Cell]:
+    """The package's crossed cells at the default Python, then its ``[[extra]]`` cells, minus the excluded ones."""
+    names = crossed(pkg, matrix)
+    python = str(matrix["python"]["default"])
+    found = [
+        Cell(pkg.dist, python, dict(zip(names, values, strict=True)))
+        for values in itertools.product(*(matrix["axes"][n] for n in names))
+    ]
+    for extra in matrix.get("extra", []):
+        if extra["package"] in ("all", pkg.dist):
+            found.append(Cell(pkg.dist, str(extra["python"]), {n: str(extra[n]) for n in names}))
+    unique = {c.id: c for c in found}.values()
+    return [c for c in unique if _excluded(c.requested, matrix) is None]
+
+
+def ci_cell(pkg: Package, matrix: dict[str, Any]) -> Cell:
+    ci = matrix["ci"]
+    return Cell(pkg.dist, str(ci["python"]), {n: str(ci[n]) for n in crossed(pkg, matrix)})
+
+
+def test_paths(pkg: Package, matrix: dict[str, Any]) -> list[str]:
+    extra = matrix.get("tests", {})
+    return [str(pkg.tests.relative_to(ROOT)), *extra.get(pkg.dist, []), *extra.get("all", [])]
+
+
+def slug(session_name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in session_name)
+
+
+class CellFailed(Exception):
+    """Raised inside :func:`reporting` to mark the stage that failed; the report is written, nox sees the error."""
+
+
+@dataclass
+class Report:
+    session: str
+    package: str
+    requested: dict[str, str]
+    junit: Path
+    env: Path
+    started: float = field(default_factory=time.time)
+
+    def write(self, status: str, reason: str = "") -> None:
+        data = {
+            "session": self.session,
+            "package": self.package,
+            "requested": self.requested,
+            "status": status,
+            "reason": reason,
+            "installed": json.loads(self.env.read_text()) if self.env.exists() else None,
+            "tests": junit_counts(self.junit) if self.junit.exists() else None,
+            "started": self.started,
+            "duration_s": round(time.time() - self.started, 1),
+        }
+        REPORTS.mkdir(parents=True, exist_ok=True)
+        (REPORTS / f"{slug(self.session)}.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def reporting(session_name: str, cell: Cell) -> Iterator[Report]:
+    """Write the cell's report whatever happens: passed, failed (tests ran), error (did not reach them), skipped."""
+    base = REPORTS / slug(session_name)
+    report = Report(
+        session_name, cell.package, cell.requested, base.with_suffix(".junit.xml"), base.with_suffix(".env")
+    )
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    for stale in (report.junit, report.env):
+        stale.unlink(missing_ok=True)
+    try:
+        yield report
+    except BaseException as exc:  # nox's skip and failure are exceptions too; report, then let nox see them
+        if type(exc).__name__ == "_SessionSkip":
+            report.write("skipped", str(exc))
+        elif report.junit.exists():
+            report.write("failed", "; ".join(first_failures(report.junit)) or str(exc))
+        else:
+            report.write("error", f"did not reach the tests: {exc}")
+        raise
+    report.write("passed")
+
+
+def collect(reports: Path = REPORTS) -> list[dict[str, Any]]:
+    """Every cell report in ``reports``, in a stable order (package list order, then session name)."""
+    order = [p.dist for p in packages().values()]
+    found = [json.loads(p.read_text()) for p in sorted(reports.glob("*.json"))]
+    return sorted(found, key=lambda c: (order.index(c["package"]) if c["package"] in order else 99, c["session"]))
+
+
+def table(update_docs: bool = False, merge: bool = False, reports: Path = REPORTS) -> Path:
+    """Write the compatibility table from the reports; returns the Markdown file written."""
+    matrix = load()
+    results = collect(reports)
+    if not results:
+        raise SystemExit(f"no cell reports in {reports}: run `nox -t matrix` (or some tests-* cells) first")
+    if merge:
+        fresh = {r["session"]: r for r in results}
+        old = json.loads(DOCS_TABLE.with_suffix(".json").read_text())["cells"]
+        results = [fresh.pop(c["session"], c) for c in old] + list(fresh.values())
+    for cell in results:
+        note = matrix.get("explained", {}).get(cell["session"])
+        if note and cell["status"] in ("failed", "error"):
+            cell["reason"] = f"{note} First failures: {cell.get('reason', '')}"
+    started = [float(c["started"]) for c in results if "started" in c]
+    ended = [float(c["started"]) + float(c["duration_s"]) for c in results if "started" in c]
+    listed = sum(len(cells(p, matrix)) + 1 for p in packages().values())
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{matrix['python']['default']} by default; see each cell's Python",
+        "duration_min": round((max(ended) - min(started)) / 60, 1) if started else None,
+        "cells_run": f"{len(results)} cells reported; {listed} are defined",
+        "excluded": [f"{r['match']}: {r['reason']}" for r in matrix.get("exclude", [])]
+        + list(matrix.get("left_out", {}).get("notes", [])),
+        "command": "nox -t matrix; nox -s compat_table -- --update-docs" + (" --merge" if merge else ""),
+    }
+    md = DOCS_TABLE if update_docs else BUILD / "compatibility.md"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    write(results, meta, md, md.with_suffix(".json"), readmes=update_docs)
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.matrix", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_table = sub.add_parser("table", help="merge the cell reports into the compatibility table")
+    p_table.add_argument("--update-docs", action="store_true", help="write docs/compatibility.* and package READMEs")
+    p_table.add_argument("--merge", action="store_true", help="keep the committed cells that did not run")
+    p_table.add_argument("--reports", type=Path, default=REPORTS)
+    sub.add_parser("list", help="print every cell")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        matrix = load()
+        for pkg in packages().values():
+            for cell in cells(pkg, matrix):
+                print(f"tests-{pkg.module}({cell.id})")
+        return 0
+    print(f"wrote {table(args.update_docs, args.merge, args.reports)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,9 +7,57 @@ plugin that cannot be loaded), so ``except ValueError`` keeps working for code w
 
 from __future__ import annotations
 
+MAX_SHOWN = 80
+"""The most characters of a user's input that an error message repeats (longer input is shortened)."""
+
 
 class PrecisionPluginError(Exception):
     """Base class of every error raised by precision-base and its plugins."""
+
+
+def shorten(text: str, limit: int = MAX_SHOWN) -> str:
+    """``repr`` of ``text`` cut to about ``limit`` characters, saying how long the whole was.
+
+    ``text`` may be a ``str`` subclass with hostile methods: only ``str``'s own methods are used on it.
+    """
+    plain = str.__str__(text)  # a true str copy; a subclass's methods never run
+    if len(plain) <= limit:
+        return repr(plain)
+    return f"{plain[: limit - 20]!r}... ({len(plain)} characters)"
+
+
+def describe(value: object, limit: int = MAX_SHOWN) -> str:
+    """A bounded description of any object for an error message, without running the object's own code.
+
+    Strings (and subclasses) and ints show their value, shortened; other builtin scalars their ``repr``;
+    anything else its type name, since its ``__repr__`` may raise, hang or return megabytes.
+    """
+    kind = type(value)
+    if issubclass(kind, str):
+        return shorten(value, limit)  # type: ignore[arg-type]
+    if issubclass(kind, int):
+        number = int.__index__(value)  # type: ignore[arg-type]
+        if number.bit_length() > 200:
+            return f"an int of about {int(number.bit_length() * 0.30103) + 1} digits"
+        return repr(number)
+    if kind in (float, complex, bytes, type(None)):
+        text = repr(value)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"an object of type {type_name(value)}"
+
+
+def type_name(value: object) -> str:
+    """The (shortened) name of ``value``'s type; never raises."""
+    try:
+        name = type.__dict__["__qualname__"].__get__(type(value))
+    except Exception:  # a metaclass that breaks even type's own descriptor
+        return "<unnamed type>"
+    name = str.__str__(name) if isinstance(name, str) else "<unnamed type>"
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+class PrecisionPluginWarning(UserWarning):
+    """A warning about the plugin set-up (for example, one registration replacing another)."""
 
 
 class InvalidSpecError(PrecisionPluginError, ValueError):
@@ -29,6 +77,10 @@ class UnknownBackendError(PrecisionPluginError, LookupError):
 
 class BackendDisabledError(UnknownBackendError):
     """The backend is installed but disabled through the ``PRECISION_PLUGINS_DISABLE`` variable."""
+
+
+class RegistrationError(PrecisionPluginError, ValueError):
+    """An in-process registration was refused (for example, it claimed an installed distribution's name)."""
 
 
 class UnsupportedPrecisionError(PrecisionPluginError, ValueError):

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal, Union
 
-from precision_base.errors import InvalidSpecError, SpecTypeError
+from precision_base.errors import InvalidSpecError, SpecTypeError, describe, shorten
 
 PrecisionName = Literal["32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"]
 
@@ -32,6 +32,8 @@ MIXED_PRECISIONS: Final[tuple[str, ...]] = ("16-mixed", "bf16-mixed")
 TRUE_PRECISIONS: Final[tuple[str, ...]] = ("32-true", "16-true", "bf16-true")
 
 _BACKEND_RE: Final = re.compile(r"[a-z][a-z0-9_-]*\Z")
+MAX_BACKEND_LENGTH: Final = 64
+"""The longest backend name the grammar accepts."""
 
 GRAMMAR: Final[str] = (
     'expected "<backend>:<precision>", e.g. "fsdp:bf16-mixed", where <backend> is a lowercase plugin name '
@@ -51,12 +53,29 @@ class PluginSpec:
         return f"{self.backend}:{self.precision}"
 
 
+_SUGGEST_LIMIT: Final = 64  # difflib is quadratic: no suggestions for longer input
+
+
 def _suggest_precision(text: str) -> str:
+    if len(text) > _SUGGEST_LIMIT:
+        return ""
     lowered = text.lower()
     if lowered in PRECISIONS or lowered in ALIASES:
         return f" (precisions are lowercase: did you mean {ALIASES.get(lowered, lowered)!r}?)"
     close = difflib.get_close_matches(lowered, PRECISIONS, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _plain(value: object) -> Union[str, int, None]:
+    """``value`` as a plain ``str`` or ``int`` (subclasses copied, so none of their methods run), else ``None``."""
+    kind = type(value)
+    if issubclass(kind, bool):
+        return None
+    if issubclass(kind, str):
+        return str.__str__(value)
+    if issubclass(kind, int):
+        return int.__index__(value)  # type: ignore[arg-type]
+    return None
 
 
 def normalize_precision(value: object) -> str:
@@ -66,19 +85,21 @@ def normalize_precision(value: object) -> str:
         SpecTypeError: ``value`` is neither a string nor an int (``bool`` counts as neither).
         InvalidSpecError: ``value`` names no precision; the message lists the valid ones.
     """
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    key = _plain(value)
+    if key is None:
         raise SpecTypeError(
             f"precision must be a string such as 'bf16-mixed' (or Lightning's int alias 32 or 16), "
-            f"got {type(value).__name__} {value!r}"
+            f"got {describe(value)}"
         )
-    key: Union[str, int] = value.strip() if isinstance(value, str) else value
-    if key in PRECISIONS:
-        return str(key)
+    if isinstance(key, str):
+        key = key.strip()
+        if key in PRECISIONS:
+            return key
     if key in ALIASES:
         return ALIASES[key]
     hint = _suggest_precision(key) if isinstance(key, str) else ""
     raise InvalidSpecError(
-        f"unknown precision {value!r}{hint}; valid precisions are " + ", ".join(PRECISIONS) + " and the aliases "
+        f"unknown precision {describe(key)}{hint}; valid precisions are " + ", ".join(PRECISIONS) + " and the aliases "
         '"32", "16", "bf16", 32, 16'
     )
 
@@ -87,36 +108,42 @@ def parse_spec(spec: object) -> PluginSpec:
     """Parse ``"<backend>:<precision>"`` into a :class:`PluginSpec`.
 
     Whitespace around the whole string and around either part is ignored. The precision is normalised with
-    :func:`normalize_precision`.
+    :func:`normalize_precision`. Every input either parses or raises one of the two errors below (both
+    :class:`~precision_base.errors.PrecisionPluginError`), whose message repeats at most
+    :data:`~precision_base.errors.MAX_SHOWN` characters of the input. A ``str`` subclass is read as the plain
+    string it holds: none of its methods run.
 
     Raises:
         SpecTypeError: ``spec`` is not a string.
         InvalidSpecError: ``spec`` does not follow the grammar; the message shows the grammar.
     """
-    if not isinstance(spec, str):
+    plain = _plain(spec)
+    if not isinstance(plain, str):
         raise SpecTypeError(
-            f'a precision plugin name must be a string like "fsdp:bf16-mixed", got {type(spec).__name__} '
-            f"{spec!r}; {GRAMMAR}"
+            f'a precision plugin name must be a string like "fsdp:bf16-mixed", got {describe(spec)}; {GRAMMAR}'
         )
-    text = spec.strip()
+    shown = shorten(plain)
+    text = plain.strip()
     if not text:
         raise InvalidSpecError(f"empty precision plugin name; {GRAMMAR}")
     if text.count(":") != 1:
         what = "has no ':'" if ":" not in text else f"has {text.count(':')} ':' separators, expected one"
-        raise InvalidSpecError(f"precision plugin name {spec!r} {what}; {GRAMMAR}")
+        raise InvalidSpecError(f"precision plugin name {shown} {what}; {GRAMMAR}")
     backend, precision = (part.strip() for part in text.split(":"))
     if not backend:
-        raise InvalidSpecError(f"precision plugin name {spec!r} has no backend before ':'; {GRAMMAR}")
+        raise InvalidSpecError(f"precision plugin name {shown} has no backend before ':'; {GRAMMAR}")
     if not precision:
-        raise InvalidSpecError(f"precision plugin name {spec!r} has no precision after ':'; {GRAMMAR}")
-    if not _BACKEND_RE.match(backend):
+        raise InvalidSpecError(f"precision plugin name {shown} has no precision after ':'; {GRAMMAR}")
+    if not _BACKEND_RE.match(backend) or len(backend) > MAX_BACKEND_LENGTH:
         hint = ""
-        if _BACKEND_RE.match(backend.lower()):
+        if _BACKEND_RE.match(backend.lower()) and len(backend) <= MAX_BACKEND_LENGTH:
             hint = f" (backend names are lowercase: did you mean {backend.lower()!r}?)"
-        raise InvalidSpecError(f"invalid backend {backend!r} in {spec!r}{hint}; {GRAMMAR}")
+        elif len(backend) > MAX_BACKEND_LENGTH:
+            hint = f" (backend names are at most {MAX_BACKEND_LENGTH} characters)"
+        raise InvalidSpecError(f"invalid backend {shorten(backend)} in {shown}{hint}; {GRAMMAR}")
     try:
         canonical = normalize_precision(precision)
     except InvalidSpecError as exc:
         # the precision error already lists the valid precisions; add the shape of the name, not the whole grammar
-        raise InvalidSpecError(f'in {spec!r}: {exc}; expected "<backend>:<precision>"') from None
+        raise InvalidSpecError(f'in {shown}: {exc}; expected "<backend>:<precision>"') from None
     return PluginSpec(backend=backend, precision=canonical)

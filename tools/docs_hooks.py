@@ -18,6 +18,7 @@ do, not copies that drift. Markers:
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -92,7 +93,7 @@ def gen_spec_errors(_: str | None) -> str:
 
     rows = ["| input | error | message (*grammar*: the text above) |", "|---|---|---|"]
     for case in SPEC_CASES:
-        exc = _raised(lambda case=case: parse_spec(case))
+        exc = _raised(functools.partial(parse_spec, case))
         if exc is None:
             rows.append(f"| `{case!r}` | accepted | `{parse_spec(case)}` |")
         else:
@@ -261,7 +262,7 @@ def _backend_strategy_errors() -> str:
             continue
         for strategy in ("ddp", "auto"):
             kwargs = {"precision_plugin": f"{backend}:bf16-mixed", "strategy": strategy, "accelerator": "cpu"}
-            exc = _raised(lambda kwargs=kwargs: Trainer(**kwargs, logger=False))
+            exc = _raised(functools.partial(Trainer, **kwargs, logger=False))
             if exc is not None:
                 code = f'Trainer(precision_plugin="{backend}:bf16-mixed", strategy="{strategy}", accelerator="cpu")'
                 blocks.append(_error_block(f"`{backend}` with strategy={strategy!r} on CPU", code, exc))
@@ -361,21 +362,122 @@ def gen_changelog(dist: str | None) -> str:
     return re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", text, flags=re.MULTILINE)
 
 
+PACKAGE_SOURCES = {
+    "precision_base": ROOT / "packages" / "precision-base" / "src",
+    "precision_fsdp": ROOT / "packages" / "precision-fsdp" / "src",
+    "precision_deepspeed": ROOT / "packages" / "precision-deepspeed" / "src",
+}
+
+
+def _public(path: str) -> bool:
+    return not any(part.startswith("_") for part in path.split("."))
+
+
 def gen_reference(module: str | None) -> str:
+    """One ``:::`` block per public module of a package; each object is documented once, where it is defined.
+
+    A name a module re-exports from another public module is not documented again: the module lists it with a
+    link to where it is documented. Names re-exported from a private module are documented where they are
+    exported (the private module has no page).
+    """
+    import griffe
+
     name = str(module)
-    src = ROOT / "packages" / name.replace("_", "-") / "src" / name
-    if not src.is_dir():
+    src = PACKAGE_SOURCES.get(name)
+    if src is None or not (src / name).is_dir():
         return f"!!! note\n    `{name}` has no source in this tree.\n"
-    blocks = [f"::: {name}\n    options:\n      members_order: source\n      show_submodules: false\n"]
-    for path in sorted(src.rglob("*.py")):
-        rel = path.relative_to(src.parent).with_suffix("")
-        parts = list(rel.parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        if any(p.startswith("_") for p in parts) or len(parts) == 1:
-            continue
-        blocks.append(f"::: {'.'.join(parts)}\n    options:\n      members_order: source\n")
+    package = griffe.load(name, search_paths=[str(p) for p in PACKAGE_SOURCES.values()], resolve_aliases=False)
+    blocks = []
+    for mod in _public_modules(package):
+        own: list[str] = []
+        links: list[tuple[str, str]] = []
+        for member_name, member in mod.members.items():
+            if member_name.startswith("_"):
+                continue
+            if member.is_alias:
+                if mod.exports is None or member_name not in mod.exports:
+                    continue  # an import, not an export
+                target = member.target_path
+                if _public(target.rsplit(".", 1)[0]) and target.split(".", 1)[0] in PACKAGE_SOURCES:
+                    links.append((member_name, target))
+                    continue
+            elif member.is_module:
+                continue
+            own.append(member_name)
+        members = "[" + ", ".join(own) + "]" if own else "false"
+        block = f"::: {mod.path}\n    options:\n      members_order: source\n      members: {members}\n"
+        if mod.path == name:
+            block += "      show_submodules: false\n"
+        if links:
+            rows = ["| name | documented at |", "|---|---|"]
+            rows += [f"| `{n}` | [`{t}`][{t}] |" for n, t in links]
+            block += f"\nAlso exported by `{mod.path}` (documented where it is defined):\n\n" + "\n".join(rows) + "\n"
+        blocks.append(block)
     return "\n".join(blocks)
+
+
+def _public_modules(package: Any) -> Iterator[Any]:
+    yield package
+    for member in package.members.values():
+        if not member.is_alias and member.is_module and _public(member.name):
+            yield from _public_modules(member)
+
+
+# ---- Sphinx roles in docstrings -> cross-references ----------------------------------------------------
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const):`(~?)([\w.]+?)(\(\))?`")
+
+
+def _resolve_in_scope(obj: Any, dotted: str) -> str | None:
+    """The full path ``dotted`` names when written in ``obj``'s docstring (Python's scoping: own members, then
+    the enclosing class and module), or None when it names nothing known there."""
+    first, _, rest = dotted.partition(".")
+    if first in PACKAGE_SOURCES:
+        return dotted
+    scope = obj
+    while scope is not None:
+        members = getattr(scope, "members", {})
+        if first in members:
+            member = members[first]
+            base = member.target_path if member.is_alias else member.path
+            return f"{base}.{rest}" if rest else str(base)
+        scope = scope.parent
+    return None
+
+
+def sphinx_role_to_markdown(obj: Any, match: re.Match[str]) -> str:
+    """One ``:role:`target``` as Markdown: a link to the documented object, else the name as code."""
+    short, target, call = match.group(1), match.group(2), match.group(3) or ""
+    title = (target.rsplit(".", 1)[-1] if short else target) + call
+    path = _resolve_in_scope(obj, target)
+    if path is None or not _public(path):
+        return f"`{title}`"
+    # optional: an object that has no page (e.g. a private module's) becomes plain code, not a broken build
+    return f'<autoref optional identifier="{path}"><code>{title}</code></autoref>'
+
+
+def _documented_objects(obj: Any) -> Iterator[Any]:
+    yield obj
+    for member in obj.members.values():
+        if not member.is_alias:
+            yield from _documented_objects(member)
+
+
+try:
+    import griffe
+except ImportError:  # the hooks' generators work without mkdocstrings; only the API pages need it
+    pass
+else:
+
+    class SphinxRoles(griffe.Extension):  # type: ignore[misc]
+        """Griffe extension: docstrings' Sphinx roles (``:class:`~precision_base.errors.X```) become
+        mkdocstrings cross-references, so the API pages show links instead of raw role text."""
+
+        def on_package(self, *, pkg: Any, **kwargs: Any) -> None:
+            for obj in _documented_objects(pkg):
+                if obj.docstring is not None and ":" in obj.docstring.value:
+                    obj.docstring.value = SPHINX_ROLE.sub(
+                        functools.partial(sphinx_role_to_markdown, obj), obj.docstring.value
+                    )
 
 
 def gen_file(path: str | None) -> str:
@@ -408,6 +510,105 @@ def render(markdown: str) -> str:
     return MARKER.sub(replace, markdown)
 
 
+# ---- tables narrow enough for the text column --------------------------------------------------------
+TEXT_COLUMN_PX = 680  # the text column at 1280 px with both sidebars shown, less a margin
+CHAR_PX = 7.6  # a character of table text (0.68rem); code is about the same
+CELL_PADDING_PX = 20
+
+
+def _cells(row: str) -> list[str]:
+    """The cells of a Markdown table row (``|`` escaped as ``\\|`` or inside a code span does not split)."""
+    cells, current, in_code, i = [], "", False, 0
+    row = row.strip()
+    row = row[1:] if row.startswith("|") else row
+    while i < len(row):
+        ch = row[i]
+        if ch == "\\" and i + 1 < len(row):
+            current += row[i : i + 2]
+            i += 2
+            continue
+        if ch == "`":
+            in_code = not in_code
+        if ch == "|" and not in_code:
+            cells.append(current.strip())
+            current = ""
+        else:
+            current += ch
+        i += 1
+    if current.strip():
+        cells.append(current.strip())
+    return cells
+
+
+def _min_width(cell: str) -> float:
+    """The narrowest a cell can be: its longest code span (never wrapped) or word."""
+    tokens = re.findall(r"`[^`]*`", cell) + re.sub(r"`[^`]*`", " ", cell).split()
+    longest = max((len(re.sub(r"[*\\\[\]]|\(\S*?\)", "", t)) for t in tokens), default=0)
+    return longest * CHAR_PX + CELL_PADDING_PX
+
+
+def _key_columns(rows: list[list[str]]) -> int:
+    """How many leading columns name a row: the fewest (at most 3) that tell every row apart."""
+    for n in (1, 2, 3):
+        if len({tuple(r[:n]) for r in rows}) == len(rows):
+            return n
+    return 3
+
+
+def shape_table(lines: list[str]) -> list[str]:
+    """A Markdown table wider than the text column, as several tables that each fit: the columns are split into
+    groups, and every group repeats the columns that name the row."""
+    header, body = _cells(lines[0]), [_cells(line) for line in lines[2:]]
+    if any(len(r) != len(header) for r in body) or len(header) < 3:
+        return lines
+    widths = [max(_min_width(c) for c in column) for column in zip(header, *body, strict=True)]
+    if sum(widths) <= TEXT_COLUMN_PX:
+        return lines
+    keys = _key_columns(body) if body else 1
+    groups: list[list[int]] = [[]]
+    budget = TEXT_COLUMN_PX - sum(widths[:keys])
+    used = 0.0
+    for col in range(keys, len(header)):
+        if groups[-1] and used + widths[col] > budget:
+            groups.append([])
+            used = 0.0
+        groups[-1].append(col)
+        used += widths[col]
+    out: list[str] = []
+    for group in groups:
+        cols = list(range(keys)) + group
+        out.append("| " + " | ".join(header[c] for c in cols) + " |")
+        out.append("|" + "---|" * len(cols))
+        out += ["| " + " | ".join(r[c] for c in cols) + " |" for r in body]
+        out.append("")
+    return out[:-1]
+
+
+def shape_tables(markdown: str) -> str:
+    """Every table of a page shaped by :func:`shape_table` (code blocks left alone)."""
+    lines, out, i, fence = markdown.split("\n"), [], 0, False
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith(("```", "~~~")):
+            fence = not fence
+        is_table = (
+            not fence
+            and line.lstrip().startswith("|")
+            and i + 1 < len(lines)
+            and re.fullmatch(r"\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*", lines[i + 1]) is not None
+        )
+        if not is_table:
+            out.append(line)
+            i += 1
+            continue
+        end = i + 2
+        while end < len(lines) and lines[end].lstrip().startswith("|"):
+            end += 1
+        out += shape_table(lines[i:end])
+        i = end
+    return "\n".join(out)
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """The mkdocs event: replace every marker of the page."""
-    return render(markdown)
+    """The mkdocs event: replace every marker of the page, then shape its tables to fit the text column."""
+    return shape_tables(render(markdown))

@@ -13,6 +13,8 @@ The plugin owns these top-level keys of DeepSpeed's config:
 :func:`merge_precision_section` adds the section to a user's config. A user value that agrees with the plugin is
 kept, a key the plugin does not mention is kept, and a value that contradicts the plugin raises
 :class:`DeepSpeedConfigConflictError` naming both sides. Nothing is silently overridden.
+:func:`write_into_config` is the one place that writes the section and the Trainer's clip value into a strategy's
+config; :mod:`precision_deepspeed.strategy` calls it once per strategy.
 
 This module imports neither torch nor DeepSpeed.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -163,6 +165,17 @@ def precision_conflicts(user_config: Mapping[str, Any], section: Mapping[str, An
     return found
 
 
+def conflict_message(owner: str, problems: Sequence[str]) -> str:
+    """The error text for a user's config that contradicts the plugin ``owner`` at each of ``problems``."""
+    return (
+        f"the DeepSpeed config you passed contradicts the precision plugin {owner}: your config sets "
+        + "; ".join(problems)
+        + ". Remove these keys from your config (the plugin writes its own precision section; fp16 loss scaling "
+        "knobs are arguments of precision_deepspeed.DeepSpeedPrecision), or choose the precision plugin that "
+        "matches your config."
+    )
+
+
 def merge_precision_section(
     user_config: Optional[Mapping[str, Any]], section: Mapping[str, Any], *, owner: str
 ) -> dict[str, Any]:
@@ -179,13 +192,7 @@ def merge_precision_section(
     merged: dict[str, Any] = copy.deepcopy(dict(user_config or {}))
     problems = precision_conflicts(merged, section)
     if problems:
-        raise DeepSpeedConfigConflictError(
-            f"the DeepSpeed config you passed contradicts the precision plugin {owner}: your config sets "
-            + "; ".join(problems)
-            + ". Remove these keys from your config (the plugin writes its own precision section; fp16 loss scaling "
-            "knobs are arguments of precision_deepspeed.DeepSpeedPrecision), or choose the precision plugin that "
-            "matches your config."
-        )
+        raise DeepSpeedConfigConflictError(conflict_message(owner, problems))
     _fill(merged, section)
     return merged
 
@@ -213,3 +220,49 @@ def apply_gradient_clipping(config: dict[str, Any], gradient_clip_val: Optional[
             "place only: remove gradient_clipping from the config or gradient_clip_val from the Trainer."
         )
     config["gradient_clipping"] = float(gradient_clip_val)
+
+
+def write_into_config(
+    config: dict[str, Any],
+    section: Mapping[str, Any],
+    *,
+    owner: str,
+    lightning_keys: Collection[str] = (),
+    strategy_loss_scaling: Optional[Mapping[str, Any]] = None,
+    gradient_clip_val: Optional[float] = None,
+) -> None:
+    """Merge the plugin's ``section`` and the Trainer's clip value into a strategy's ``config``, in place.
+
+    Conflicts are looked for only in what the user wrote: ``lightning_keys`` are the top-level keys Lightning added
+    as defaults (they give way to the plugin's section), ``strategy_loss_scaling`` the non-default fp16 arguments
+    the user gave Lightning's ``DeepSpeedStrategy`` (Lightning copies them into a default ``fp16`` section).
+
+    Args:
+        config: the strategy's DeepSpeed config (changed in place).
+        section: the output of :func:`render_precision_section`.
+        owner: how to name the plugin in errors, e.g. ``"deepspeed:16-mixed"``.
+        lightning_keys: keys of ``config`` that Lightning wrote, not the user.
+        strategy_loss_scaling: fp16 knobs given to the strategy's constructor, e.g. ``{"loss_scale_window": 200}``.
+        gradient_clip_val: the Trainer's ``gradient_clip_val`` (``None``: not set).
+
+    Raises:
+        DeepSpeedConfigConflictError: what the user wrote contradicts the plugin or the Trainer; names both values.
+    """
+    user = {key: value for key, value in config.items() if key not in lightning_keys}
+    fp16 = section.get("fp16")
+    if strategy_loss_scaling and "fp16" not in user and isinstance(fp16, Mapping) and fp16.get("enabled"):
+        contradicting = {k: v for k, v in strategy_loss_scaling.items() if k in fp16 and fp16[k] != v}
+        if contradicting:
+            given = ", ".join(f"{k}={v!r}" for k, v in contradicting.items())
+            needed = ", ".join(f"{k}={fp16[k]!r}" for k in contradicting)
+            raise DeepSpeedConfigConflictError(
+                f"DeepSpeedStrategy({given}) contradicts the precision plugin {owner}, which needs {needed}. Give fp16 "
+                "loss scaling to the plugin only: precision_deepspeed.DeepSpeedPrecision(..., "
+                f"{', '.join(f'{k}=...' for k in contradicting)})."
+            )
+    merged = merge_precision_section(user, section, owner=owner)
+    apply_gradient_clipping(merged, gradient_clip_val, owner=owner)
+    for key in lightning_keys:
+        merged.setdefault(key, config[key])
+    config.clear()
+    config.update(merged)

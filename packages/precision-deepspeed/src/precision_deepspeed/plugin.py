@@ -10,12 +10,16 @@ stay portable between this plugin and Lightning's built-in. What it adds:
 * ``precision_base.Trainer(precision_plugin="deepspeed:...", accelerator="cpu")`` picks a DeepSpeed strategy that
   runs on DeepSpeed's CPU accelerator (:class:`~precision_deepspeed.strategy.DeepSpeedCPUStrategy`);
 * ``convert_output`` returns floating outputs in the default dtype;
+* Lightning's own ``DeepSpeedStrategy`` (what GPU users pass) gets the plugin's section with every option: the
+  defaults Lightning writes first are told apart from the user's config;
+* the same code serves ``lightning.pytorch`` and ``pytorch_lightning``: everything lives in
+  :class:`DeepSpeedPrecisionImpl`, and ``precision_base.namespaces.for_namespace(DeepSpeedPrecision,
+  "pytorch_lightning")`` builds the class for the other namespace;
 * :meth:`DeepSpeedPrecision.dtypes` states the dtype of each thing the plugin governs.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
@@ -24,100 +28,73 @@ import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision as _LightningDeepSpeedPrecision
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 from torch.nn import Module
 from torch.optim import LBFGS, Optimizer
+from typing_extensions import override
 
 from precision_base import DtypeTable, PrecisionPlugin, PrecisionPluginError
 from precision_base.casting import cast_floating
+from precision_base.namespaces import namespace_of
+from precision_base.plugin_support import PRECISION_DTYPE_NAMES
 from precision_base.spec import PRECISIONS
+from precision_deepspeed import _compat
 from precision_deepspeed.config import (
     AUTOCAST_PRECISIONS,
     HALF_PRECISIONS,
     LossScaling,
-    apply_gradient_clipping,
     merge_precision_section,
     render_precision_section,
 )
+from precision_deepspeed.selection import resolve_strategy
+from precision_deepspeed.strategy import write_plugin_config
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
     from lightning.pytorch.strategies import Strategy
 
-_DTYPE_NAMES: dict[str, str] = {
-    "32-true": "float32",
-    "16-true": "float16",
-    "16-mixed": "float16",
-    "bf16-true": "bfloat16",
-    "bf16-mixed": "bfloat16",
-}
+    _LightningBase = _LightningDeepSpeedPrecision  # mypy checks overrides and super() calls against Lightning's class
+else:
+    _LightningBase = object  # at run time the concrete class supplies Lightning's class of its namespace
+
+#: Lightning's own messages, kept verbatim where ours replace Lightning's code (our guidance follows them).
+LIGHTNING_BACKWARD_WARNING = (
+    "You have overridden the `LightningModule.backward` hook but it will be ignored since DeepSpeed handles"
+    " the backward logic internally."
+)
+LIGHTNING_LBFGS_ERROR = "DeepSpeed and the LBFGS optimizer are not compatible."
+LIGHTNING_SKIPPED_BACKWARD_ERROR = (
+    "Skipping backward by returning `None` from your `training_step` is not supported by `DeepSpeed`"
+)
+LIGHTNING_CLIP_BY_VALUE_ERROR = "DeepSpeed does not support clipping gradients by value."
 
 
 class DeepSpeedPrecisionError(PrecisionPluginError, MisconfigurationException):
     """Training cannot go on as asked under DeepSpeed (also a Lightning ``MisconfigurationException``)."""
 
 
-@functools.cache
-def _deepspeed_constants() -> frozenset[str]:
-    """Names defined in ``deepspeed.runtime.constants``: which config sections the installed DeepSpeed knows."""
-    try:
-        from deepspeed.runtime import constants
-    except ImportError:  # pragma: no cover - deepspeed is a dependency
-        return frozenset()
-    return frozenset(dir(constants))
-
-
 def deepspeed_has_torch_autocast() -> bool:
     """Whether the installed DeepSpeed reads a ``torch_autocast`` config section."""
-    return "TORCH_AUTOCAST" in _deepspeed_constants()
+    return _compat.deepspeed_has_torch_autocast()
 
 
-def deepspeed_keeps_buffer_dtype() -> bool:
-    """Whether the installed DeepSpeed leaves buffers in their dtype when it casts a module to fp16/bf16.
+class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
+    """All code of :class:`DeepSpeedPrecision`; it has no Lightning base and reaches Lightning through ``super()``.
 
-    Releases that know ``data_types.buffer_dtype`` cast parameters only; older ones cast the whole module.
-    """
-    return "BUFFER_DTYPE" in _deepspeed_constants()
-
-
-class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type: ignore[misc]
-    """Precision plugin for DeepSpeed: the engine runs the model in the precision's dtype.
-
-    Dtypes under the default (DeepSpeed-native) mode, for ``16-*``/``bf16-*`` with ``half`` = fp16/bf16:
-
-    * parameters: fp32 master copy in DeepSpeed's optimizer; the module's working copy is ``half``
-      (cast by ``deepspeed.initialize``; ``*-true`` casts it already in ``convert_module``);
-    * compute: ``half``; gradients are reduced in ``half`` (DeepSpeed's ``communication_data_type``);
-    * inputs: floating inputs are cast to ``half`` by ``convert_input``; outputs back to the default dtype;
-    * no ``torch.autocast``.
-
-    With ``torch_autocast=True`` (``16-mixed``/``bf16-mixed``, DeepSpeed releases with a ``torch_autocast``
-    section) the module stays fp32, inputs stay fp32, and forward runs under ``torch.autocast`` in ``half``.
-
-    Args:
-        precision: ``"32-true"``, ``"16-true"``, ``"bf16-true"``, ``"16-mixed"`` or ``"bf16-mixed"``.
-        loss_scale: fp16 only: ``0`` for dynamic loss scaling (default), otherwise a static scale.
-        initial_scale_power: fp16 only: dynamic scaling starts at ``2 ** initial_scale_power``.
-        loss_scale_window: fp16 only: steps without overflow before the scale is raised.
-        hysteresis: fp16 only: overflows tolerated before the scale is lowered.
-        consecutive_hysteresis: fp16 only: refill the hysteresis budget after each step without overflow.
-        min_loss_scale: fp16 only: the lowest loss scale.
-        torch_autocast: run the engine's forward under ``torch.autocast`` and keep fp32 parameters (mixed only).
-        autocast_lower_precision_safe_modules: with ``torch_autocast``, ``"package.Class"`` names of modules whose
-            parameters DeepSpeed communicates in the autocast dtype.
-
-    Raises:
-        ValueError: an unsupported ``precision``, fp16 knobs under a non-fp16 precision, or ``torch_autocast`` under a
-            ``*-true`` precision or with a DeepSpeed that has no ``torch_autocast`` section.
+    See :class:`DeepSpeedPrecision` for the arguments and the dtypes.
     """
 
     backend: ClassVar[str] = "deepspeed"
     precisions: ClassVar[tuple[str, ...]] = PRECISIONS
+    lightning_precision_error: ClassVar[Optional[str]] = (
+        "`Trainer(strategy='deepspeed', precision={precision!r})` is not supported. `precision` must be one of: "
+        "{supported}."
+    )
+    _desired_dtype: torch.dtype
 
     def __init__(
         self,
-        precision: str,
+        precision: Any,
         *,
         loss_scale: float = 0.0,
         initial_scale_power: int = 16,
@@ -128,11 +105,7 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
         torch_autocast: bool = False,
         autocast_lower_precision_safe_modules: Optional[Sequence[str]] = None,
     ) -> None:
-        if not isinstance(precision, str) or precision not in self.precisions:
-            raise ValueError(
-                f"DeepSpeedPrecision(precision={precision!r}) is not supported; precision must be one of "
-                + ", ".join(self.precisions)
-            )
+        precision = self.canonical_precision(precision)
         scaling = LossScaling(
             loss_scale=loss_scale,
             initial_scale_power=initial_scale_power,
@@ -151,14 +124,14 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
                 raise ValueError(
                     f"torch_autocast=True needs a mixed precision ({', '.join(AUTOCAST_PRECISIONS)}), got {precision!r}"
                 )
-            if not deepspeed_has_torch_autocast():
+            if not _compat.deepspeed_has_torch_autocast():
                 raise ValueError(
                     "torch_autocast=True needs a DeepSpeed release that reads the 'torch_autocast' config section; "
                     "the installed DeepSpeed does not. Upgrade DeepSpeed or use torch_autocast=False."
                 )
         elif autocast_lower_precision_safe_modules is not None:
             raise ValueError("autocast_lower_precision_safe_modules is only used with torch_autocast=True")
-        super().__init__(precision)  # type: ignore[arg-type]
+        super().__init__(precision)  # type: ignore[call-arg]
         self.loss_scaling = scaling
         self.torch_autocast = bool(torch_autocast)
         self.autocast_lower_precision_safe_modules = (
@@ -168,11 +141,6 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
         self._warned: set[str] = set()
 
     # -- the DeepSpeed config ---------------------------------------------------------------------------
-    @property
-    def spec(self) -> str:
-        """The plugin's name, e.g. ``"deepspeed:bf16-mixed"``."""
-        return f"{self.backend}:{self.precision}"
-
     def precision_section(self) -> dict[str, Any]:
         """The precision section of the DeepSpeed config this plugin needs (``fp16``, ``bf16``, ``torch_autocast``)."""
         return render_precision_section(
@@ -183,19 +151,13 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
         )
 
     def deepspeed_config(self, user_config: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-        """A copy of ``user_config`` with this plugin's precision section merged in.
+        """A copy of ``user_config`` with this plugin's precision section merged in (for a DeepSpeed config you pass
+        to ``deepspeed.initialize`` yourself; a strategy's config gets the section without this call).
 
         Raises:
             precision_deepspeed.config.DeepSpeedConfigConflictError: ``user_config`` contradicts the plugin.
         """
         return merge_precision_section(user_config, self.precision_section(), owner=self.spec)
-
-    def apply_to_config(self, config: dict[str, Any]) -> dict[str, Any]:
-        """Merge this plugin's precision section into ``config`` in place (a strategy's ``config``) and return it."""
-        merged = self.deepspeed_config(config)
-        config.clear()
-        config.update(merged)
-        return config
 
     def describe(self) -> Mapping[str, Any]:
         """For ``precision-plugins show``: the DeepSpeed config section this plugin writes."""
@@ -204,26 +166,24 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
     def configure_strategy(
         self, strategy: Union[str, Strategy], *, accelerator: Any, devices: Any
     ) -> Union[str, Strategy]:
-        """Return a DeepSpeed strategy for the Trainer, with this plugin's config section merged into its config.
+        """Return a DeepSpeed strategy for the Trainer; a user config that contradicts the plugin fails here.
 
         ``"auto"``, ``"deepspeed"`` and Lightning's ``"deepspeed_stage_*"`` names become a strategy instance: on the
         CPU (``accelerator="cpu"``, or ``"auto"`` with no CUDA device visible) a
         :class:`~precision_deepspeed.strategy.DeepSpeedCPUStrategy`, otherwise Lightning's ``DeepSpeedStrategy``.
         A ``DeepSpeedStrategy`` instance is kept. Anything else raises
-        :class:`~precision_base.TrainerConfigurationError` saying what to pass.
+        :class:`~precision_base.TrainerConfigurationError` saying what to pass. The plugin's section is written into
+        the strategy's config later, once (:func:`precision_deepspeed.strategy.write_plugin_config`).
         """
-        from precision_deepspeed.strategy import resolve_strategy
-
-        resolved = resolve_strategy(
+        return resolve_strategy(  # type: ignore[no-any-return]
             strategy,
             accelerator=accelerator,
+            section=self.precision_section(),
             precision=self.precision,
             owner=self.spec,
+            namespace=namespace_of(self) or "lightning.pytorch",
             native_fp16=not self.torch_autocast,
         )
-        assert resolved.config is not None
-        self.apply_to_config(resolved.config)
-        return resolved
 
     # -- dtypes -----------------------------------------------------------------------------------------
     def dtypes(self) -> DtypeTable:
@@ -233,7 +193,7 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
                 parameters="float32", compute="float32", reduction="float32", buffers="float32",
                 inputs="float32", init="float32", autocast=None,
             )  # fmt: skip
-        half = _DTYPE_NAMES[self.precision]
+        half = PRECISION_DTYPE_NAMES[self.precision]
         if self.torch_autocast:
             return DtypeTable(
                 parameters="float32", compute=half, reduction=half, buffers="float32", inputs="float32",
@@ -245,7 +205,7 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
                 ),
             )  # fmt: skip
         true = self.precision.endswith("-true")
-        buffers = half if true or not deepspeed_keeps_buffer_dtype() else "float32"
+        buffers = half if true or not _compat.deepspeed_keeps_buffer_dtype() else "float32"
         return DtypeTable(
             parameters="float32", compute=half, reduction=half, buffers=buffers, inputs=half,
             init=half if true else "float32", autocast=None,
@@ -258,54 +218,54 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
         )  # fmt: skip
 
     # -- conversions and contexts -----------------------------------------------------------------------
+    @override
     def convert_module(self, module: Module) -> Module:
         """``*-true``: cast the module to the precision's dtype; otherwise return it unchanged (DeepSpeed casts it)."""
         if self.precision.endswith("-true") and self.precision != "32-true":
-            return module.to(dtype=self._desired_dtype)
+            return module.to(dtype=_compat.desired_dtype(self))
         return module
 
+    @override
     def convert_input(self, data: Any) -> Any:
         """Cast floating tensors in ``data`` to the dtype the engine computes in (none under ``torch_autocast``)."""
         if self.torch_autocast:
             return data
-        return cast_floating(data, self._desired_dtype)
+        return cast_floating(data, _compat.desired_dtype(self))
 
-    def convert_output(self, data: Any) -> Any:
-        """Cast floating tensors in ``data`` back to the default dtype (``torch.get_default_dtype()``)."""
-        return cast_floating(data, torch.get_default_dtype())
-
+    @override
     def tensor_init_context(self) -> AbstractContextManager[Any]:
         """``*-true``: create floating tensors in the precision's dtype; otherwise in the default dtype."""
-        return super().tensor_init_context()
+        return super().tensor_init_context()  # type: ignore[misc, no-any-return]
 
+    @override
     def module_init_context(self) -> AbstractContextManager[Any]:
         """Like :meth:`tensor_init_context`, for module parameters."""
         return self.tensor_init_context()
 
+    @override
     def forward_context(self) -> AbstractContextManager[Any]:
         """``torch.autocast`` on the plugin's device under ``torch_autocast=True``; otherwise nothing."""
         if self.torch_autocast:
-            return torch.autocast(device_type=self.device_type, dtype=self._desired_dtype)
+            return torch.autocast(device_type=self.device_type, dtype=_compat.desired_dtype(self))
         return nullcontext()
 
     # -- training hooks ---------------------------------------------------------------------------------
+    @override
     def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:
-        """Bind the device, then check the strategy's DeepSpeed config against the plugin and the Trainer.
+        """Bind the device, and make sure the strategy's DeepSpeed config carries the plugin's section.
 
-        When the strategy carries a DeepSpeed ``config`` (Lightning's ``DeepSpeedStrategy`` and subclasses), the
-        plugin's section is merged into it (an error if it contradicts) and the Trainer's ``gradient_clip_val`` is
-        checked against ``gradient_clipping``.
+        With Lightning's own ``DeepSpeedStrategy`` this is where the section and the Trainer's ``gradient_clip_val``
+        are written (:func:`precision_deepspeed.strategy.write_plugin_config`; Lightning has written its defaults by
+        then and they give way); a ``DeepSpeedCPUStrategy`` has written them already.
         """
         result = super().connect(model, optimizers, lr_schedulers)
-        trainer = getattr(model, "_trainer", None)
-        config = getattr(getattr(trainer, "strategy", None), "config", None)
-        if isinstance(config, dict):
-            self.apply_to_config(config)
-            apply_gradient_clipping(config, trainer.gradient_clip_val, owner=self.spec)  # type: ignore[union-attr]
-            clip = config.get("gradient_clipping")
-            self._configured_clip = float(clip) if clip is not None else None
+        trainer = _compat.trainer_of(model)
+        strategy = getattr(trainer, "strategy", None)
+        if strategy is not None:
+            self._configured_clip = write_plugin_config(strategy)
         return result
 
+    @override
     def backward(  # type: ignore[override]
         self,
         tensor: Tensor,
@@ -316,17 +276,18 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
     ) -> None:
         r"""Back-propagate ``tensor`` through the DeepSpeed engine; ``*args``/``**kwargs`` go to ``engine.backward``.
 
-        A ``LightningModule.backward`` override is ignored (with a warning): the engine owns the backward pass
-        (loss scaling, gradient partitioning and reduction). ``optimizer`` is unused.
+        A ``LightningModule.backward`` override is ignored (with Lightning's warning): the engine owns the backward
+        pass (loss scaling, gradient partitioning and reduction). ``optimizer`` is unused.
         """
-        if is_overridden("backward", model):
+        if _compat.overrides_backward(model):
             self._warn_once(
                 "backward",
-                f"{type(model).__name__} overrides LightningModule.backward, but {self.spec} ignores it: DeepSpeed's "
-                "engine runs the backward pass itself (loss scaling, gradient partitioning and reduction).",
+                f"{LIGHTNING_BACKWARD_WARNING} ({type(model).__name__}.backward is not called under {self.spec}: "
+                "DeepSpeed's engine runs loss scaling, gradient partitioning and reduction itself.)",
             )
         self._engine(model).backward(tensor, *args, **kwargs)
 
+    @override
     def optimizer_step(  # type: ignore[override]
         self,
         optimizer: Any,
@@ -342,19 +303,21 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
         """
         if isinstance(optimizer, LBFGS):
             raise DeepSpeedPrecisionError(
-                f"{self.spec} cannot step torch.optim.LBFGS: LBFGS re-evaluates the closure several times per step, "
-                "and DeepSpeed's engine steps once per backward. Use another optimizer (e.g. torch.optim.AdamW)."
+                f"{LIGHTNING_LBFGS_ERROR} {self.spec} cannot step torch.optim.LBFGS: LBFGS re-evaluates the closure "
+                "several times per step, and DeepSpeed's engine steps once per backward. Use another optimizer "
+                "(e.g. torch.optim.AdamW)."
             )
         closure_result = closure()
-        self._after_closure(model, optimizer)
+        self._after_closure(model, optimizer)  # type: ignore[misc]
         if closure_result is None and model.automatic_optimization:
             raise DeepSpeedPrecisionError(
-                f"training_step returned None (a skipped backward), which {self.spec} cannot do under automatic "
-                "optimization: every process must run backward and step DeepSpeed's engine together. Return a loss, "
-                "or switch to manual optimization (self.automatic_optimization = False)."
+                f"{LIGHTNING_SKIPPED_BACKWARD_ERROR}. Under {self.spec} every process must run backward and step "
+                "DeepSpeed's engine together: return a loss, or switch to manual optimization "
+                "(self.automatic_optimization = False)."
             )
         return self._engine(model).step(**kwargs)
 
+    @override
     def clip_gradients(
         self,
         optimizer: Optimizer,
@@ -370,7 +333,7 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
             return
         if gradient_clip_algorithm == GradClipAlgorithmType.VALUE:
             raise DeepSpeedPrecisionError(
-                f"{self.spec}: DeepSpeed clips gradients by norm only; use gradient_clip_algorithm='norm'."
+                f"{LIGHTNING_CLIP_BY_VALUE_ERROR} {self.spec}: use gradient_clip_algorithm='norm'."
             )
         if self._configured_clip is not None and float(clip_val) != self._configured_clip:
             self._warn_once(
@@ -401,4 +364,37 @@ class DeepSpeedPrecision(PrecisionPlugin, _LightningDeepSpeedPrecision):  # type
         return state
 
 
-__all__ = ["DeepSpeedPrecision", "DeepSpeedPrecisionError", "deepspeed_has_torch_autocast"]
+class DeepSpeedPrecision(DeepSpeedPrecisionImpl, _LightningDeepSpeedPrecision):  # type: ignore[misc]
+    """Precision plugin for DeepSpeed: the engine runs the model in the precision's dtype.
+
+    Dtypes under the default (DeepSpeed-native) mode, for ``16-*``/``bf16-*`` with ``half`` = fp16/bf16:
+
+    * parameters: fp32 master copy in DeepSpeed's optimizer; the module's working copy is ``half``
+      (cast by ``deepspeed.initialize``; ``*-true`` casts it already in ``convert_module``);
+    * compute: ``half``; gradients are reduced in ``half`` (DeepSpeed's ``communication_data_type``);
+    * inputs: floating inputs are cast to ``half`` by ``convert_input``; outputs back to the default dtype;
+    * no ``torch.autocast``.
+
+    With ``torch_autocast=True`` (``16-mixed``/``bf16-mixed``, DeepSpeed releases with a ``torch_autocast``
+    section) the module stays fp32, inputs stay fp32, and forward runs under ``torch.autocast`` in ``half``.
+
+    Args:
+        precision: ``"32-true"``, ``"16-true"``, ``"bf16-true"``, ``"16-mixed"`` or ``"bf16-mixed"`` (or Lightning's
+            aliases ``"32"``, ``"16"``, ``"bf16"``, ``32``, ``16``).
+        loss_scale: fp16 only: ``0`` for dynamic loss scaling (default), otherwise a static scale.
+        initial_scale_power: fp16 only: dynamic scaling starts at ``2 ** initial_scale_power``.
+        loss_scale_window: fp16 only: steps without overflow before the scale is raised.
+        hysteresis: fp16 only: overflows tolerated before the scale is lowered.
+        consecutive_hysteresis: fp16 only: refill the hysteresis budget after each step without overflow.
+        min_loss_scale: fp16 only: the lowest loss scale.
+        torch_autocast: run the engine's forward under ``torch.autocast`` and keep fp32 parameters (mixed only).
+        autocast_lower_precision_safe_modules: with ``torch_autocast``, ``"package.Class"`` names of modules whose
+            parameters DeepSpeed communicates in the autocast dtype.
+
+    Raises:
+        ValueError: an unsupported ``precision``, fp16 knobs under a non-fp16 precision, or ``torch_autocast`` under a
+            ``*-true`` precision or with a DeepSpeed that has no ``torch_autocast`` section.
+    """
+
+
+__all__ = ["DeepSpeedPrecision", "DeepSpeedPrecisionError", "DeepSpeedPrecisionImpl", "deepspeed_has_torch_autocast"]

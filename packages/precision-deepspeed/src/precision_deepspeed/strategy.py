@@ -1,30 +1,94 @@
-"""A DeepSpeed strategy that also runs on DeepSpeed's CPU accelerator, and the choice of strategy for the Trainer.
+"""The one place the plugin's DeepSpeed config section reaches a strategy, and a DeepSpeed strategy for the CPU.
+
+:func:`write_plugin_config` merges the precision plugin's section (:mod:`precision_deepspeed.config`) and the
+Trainer's ``gradient_clip_val`` into a DeepSpeed strategy's ``config``, once per strategy:
+
+* in :class:`DeepSpeedCPUStrategy`, from its ``_format_config``, *before* Lightning writes its defaults (so ZeRO-3's
+  ``deepspeed.zero.Init`` already sees the section);
+* in Lightning's own ``DeepSpeedStrategy`` (what users on GPUs pass), from the plugin's ``connect``, which Lightning
+  calls after it wrote its defaults: the keys Lightning added are told apart from the user's
+  (:func:`precision_deepspeed._compat.lightning_written_keys`) and give way to the plugin's section. Conflicts are
+  looked for only in what the user wrote.
 
 Lightning's ``DeepSpeedStrategy`` refuses the CPU in three places: ``setup_environment`` requires a
 ``CUDAAccelerator``; ``setup_distributed`` validates device indices, which are ``None`` for CPU devices; and the
 engine is created with ``device_rank=root_device.index`` (``None`` on CPU), which DeepSpeed compares with 0.
-:class:`DeepSpeedCPUStrategy` steps around these three when its accelerator is Lightning's ``CPUAccelerator``,
-and is Lightning's ``DeepSpeedStrategy`` unchanged on any other accelerator. DeepSpeed picks its CPU accelerator
-itself when no GPU is visible, and gloo for the collectives.
+:class:`DeepSpeedCPUStrategy` steps around these three when its accelerator is a CPU accelerator, and is Lightning's
+``DeepSpeedStrategy`` unchanged on any other accelerator. DeepSpeed picks its CPU accelerator itself when no GPU is
+visible, and gloo for the collectives.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Union
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Optional, Protocol, runtime_checkable
 
 import torch
-from lightning.fabric.utilities.seed import reset_seed
-from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.strategies import DeepSpeedStrategy, Strategy, StrategyRegistry
+from lightning.pytorch.strategies import DeepSpeedStrategy
+from typing_extensions import override
 
-from precision_base import TrainerConfigurationError
-from precision_deepspeed.config import HALF_PRECISIONS, apply_gradient_clipping
+from precision_deepspeed import _compat
+from precision_deepspeed.config import write_into_config
 
 if TYPE_CHECKING:
     import deepspeed
     from torch.nn import Module
+
+#: Attribute set on a strategy once its config carries the plugin's section.
+_WRITTEN = "_precision_deepspeed_section_written"
+
+
+@runtime_checkable
+class SectionOwner(Protocol):
+    """What :func:`write_plugin_config` needs of a precision plugin (``DeepSpeedPrecision`` of either namespace)."""
+
+    precision: str
+
+    @property
+    def spec(self) -> str: ...
+
+    def precision_section(self) -> dict[str, Any]: ...
+
+
+def write_plugin_config(strategy: Any) -> Optional[float]:
+    """Merge the strategy's precision plugin's section and the Trainer's clip value into ``strategy.config``, once.
+
+    Does nothing when the strategy's precision plugin does not render a DeepSpeed section, or the strategy has no
+    dict config. Returns the ``gradient_clipping`` DeepSpeed will use (``None`` when the config sets none).
+
+    Raises:
+        precision_deepspeed.config.DeepSpeedConfigConflictError: the user's config, or a loss-scaling argument given
+            to the strategy, contradicts the plugin or the Trainer.
+    """
+    plugin = strategy.precision_plugin
+    config = getattr(strategy, "config", None)
+    if not isinstance(plugin, SectionOwner) or not isinstance(config, dict):
+        return None
+    if not getattr(strategy, _WRITTEN, False):
+        trainer = _compat.trainer_of(strategy.lightning_module)
+        write_into_config(
+            config,
+            plugin.precision_section(),
+            owner=plugin.spec,
+            lightning_keys=_compat.lightning_written_keys(strategy),
+            strategy_loss_scaling=_compat.strategy_loss_scaling(strategy),
+            gradient_clip_val=getattr(trainer, "gradient_clip_val", None),
+        )
+        setattr(strategy, _WRITTEN, True)
+    clip = config.get("gradient_clipping")
+    return float(clip) if clip is not None else None
+
+
+def section_written(strategy: Any) -> bool:
+    """Whether :func:`write_plugin_config` has written into ``strategy``'s config."""
+    return bool(getattr(strategy, _WRITTEN, False))
+
+
+def _on_cpu(accelerator: Any) -> bool:
+    from precision_base.plugin_support import uses_cpu
+
+    return uses_cpu(accelerator)
 
 
 class DeepSpeedCPUStrategy(DeepSpeedStrategy):
@@ -39,25 +103,28 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
     _engine_rank_scope: bool = False
 
     def _on_cpu(self) -> bool:
-        return isinstance(self.accelerator, CPUAccelerator)
+        return self.accelerator is not None and _on_cpu(self.accelerator)
 
+    @override
     def setup_environment(self) -> None:
         if not self._on_cpu():
             super().setup_environment()
             return
         # DeepSpeedStrategy's override only adds the CUDA check; run the DDP-level setup it would defer to
-        super(DeepSpeedStrategy, self).setup_environment()
+        _compat.base_method(self, "DeepSpeedStrategy", "setup_environment")()
 
+    @override
     def setup_distributed(self) -> None:
         if not self._on_cpu():
             super().setup_distributed()
             return
         # the device-index check does not apply: CPU devices carry no index
-        reset_seed()
+        _compat.reset_seed(self)
         self.set_world_ranks()
-        self._init_deepspeed_distributed()
+        _compat.init_deepspeed_distributed(self)
 
     @property
+    @override
     def root_device(self) -> torch.device:
         device = super().root_device
         if self._engine_rank_scope and device.type == "cpu" and device.index is None:
@@ -73,102 +140,32 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
         finally:
             self._engine_rank_scope = False
 
+    @override
     def _setup_model_and_optimizer(
         self, model: Module, optimizer: Any, lr_scheduler: Any = None
     ) -> tuple[deepspeed.DeepSpeedEngine, Any]:
         with self._engine_rank():
             return super()._setup_model_and_optimizer(model, optimizer, lr_scheduler)
 
+    @override
     def _initialize_deepspeed_inference(self, model: Module) -> None:
         with self._engine_rank():
             super()._initialize_deepspeed_inference(model)
 
+    @override
     def _format_config(self) -> None:
-        from precision_deepspeed.plugin import DeepSpeedPrecision
-
-        plugin = self.precision_plugin
-        if isinstance(plugin, DeepSpeedPrecision) and isinstance(self.config, dict):
-            plugin.apply_to_config(self.config)
-            module = self.lightning_module
-            if module is not None:
-                apply_gradient_clipping(self.config, module.trainer.gradient_clip_val, owner=plugin.spec)
+        write_plugin_config(self)
         super()._format_config()
 
 
-def on_cpu(accelerator: Any) -> bool:
-    """Whether Lightning will run on the CPU for this ``accelerator`` argument."""
-    if isinstance(accelerator, str):
-        if accelerator == "cpu":
-            return True
-        return accelerator == "auto" and not torch.cuda.is_available()
-    return isinstance(accelerator, CPUAccelerator)
+def user_config_conflicts(strategy: Any, section: Mapping[str, Any]) -> list[str]:
+    """Contradictions between the config the user gave ``strategy`` (not yet formatted) and ``section``."""
+    from precision_deepspeed.config import precision_conflicts
+
+    config = getattr(strategy, "config", None)
+    if not isinstance(config, dict) or _compat.config_formatted(strategy):
+        return []
+    return precision_conflicts(config, section)
 
 
-def deepspeed_strategy_names() -> list[str]:
-    """Names in Lightning's strategy registry that build a DeepSpeed strategy (``"deepspeed_stage_2"``...)."""
-    return sorted(
-        name
-        for name, entry in StrategyRegistry.items()
-        if isinstance(entry.get("strategy"), type) and issubclass(entry["strategy"], DeepSpeedStrategy)
-    )
-
-
-def cpu_supports_fp16() -> bool:
-    """Whether DeepSpeed's CPU accelerator accepts fp16 here (it asks oneDNN for native fp16 support)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    except Exception:  # an older torch without the probe: DeepSpeed treats that as unsupported too
-        return False
-
-
-def resolve_strategy(
-    strategy: Union[str, Strategy], *, accelerator: Any, precision: str, owner: str, native_fp16: bool = True
-) -> DeepSpeedStrategy:
-    """Turn the Trainer's ``strategy`` argument into a DeepSpeed strategy instance for ``precision``.
-
-    Raises:
-        TrainerConfigurationError: ``strategy`` is not a DeepSpeed strategy, Lightning's own ``DeepSpeedStrategy``
-            instance was given for the CPU, or fp16 was asked on a CPU DeepSpeed cannot run fp16 on.
-    """
-    cpu = on_cpu(accelerator)
-    names = deepspeed_strategy_names()
-    hint = (
-        "Pass strategy='auto' (a DeepSpeed strategy is chosen for you), one of "
-        + ", ".join(repr(n) for n in names)
-        + ", or an instance of lightning.pytorch.strategies.DeepSpeedStrategy (on GPUs) or "
-        "precision_deepspeed.DeepSpeedCPUStrategy (on CPU or GPUs)."
-    )
-    resolved: DeepSpeedStrategy
-    if isinstance(strategy, str):
-        name = "deepspeed" if strategy == "auto" else strategy
-        if name not in names:
-            raise TrainerConfigurationError(
-                f"{owner} runs through DeepSpeed's engine and needs a DeepSpeed strategy, but the Trainer got "
-                f"strategy={strategy!r}. {hint}"
-            )
-        init_params = dict(StrategyRegistry[name]["init_params"])
-        resolved = DeepSpeedCPUStrategy(**init_params) if cpu else DeepSpeedStrategy(**init_params)
-    elif isinstance(strategy, DeepSpeedStrategy):
-        if cpu and not isinstance(strategy, DeepSpeedCPUStrategy):
-            raise TrainerConfigurationError(
-                f"{owner} on the CPU: Lightning's DeepSpeedStrategy refuses the CPU accelerator. Pass "
-                "precision_deepspeed.DeepSpeedCPUStrategy(...) instead; it takes the same arguments."
-            )
-        resolved = strategy
-    else:
-        raise TrainerConfigurationError(
-            f"{owner} runs through DeepSpeed's engine and needs a DeepSpeed strategy, but the Trainer got "
-            f"{type(strategy).__name__}. {hint}"
-        )
-    if cpu and native_fp16 and precision in HALF_PRECISIONS and not cpu_supports_fp16():
-        raise TrainerConfigurationError(
-            f"{owner} on the CPU: DeepSpeed's fp16 mode needs native fp16 support in its CPU accelerator (oneDNN fp16, "
-            "i.e. AVX512-FP16 or AMX-FP16), which this CPU lacks. Use 'deepspeed:bf16-mixed', or "
-            "precision_deepspeed.DeepSpeedPrecision('16-mixed', torch_autocast=True) for fp16 autocast."
-        )
-    if resolved.config is None:  # pragma: no cover - Lightning always builds a config
-        resolved.config = {}
-    return resolved
-
-
-__all__ = ["DeepSpeedCPUStrategy", "cpu_supports_fp16", "deepspeed_strategy_names", "on_cpu", "resolve_strategy"]
+__all__ = ["DeepSpeedCPUStrategy", "SectionOwner", "section_written", "write_plugin_config"]

@@ -1,0 +1,292 @@
+"""Every touch point of a private or undocumented Lightning, torch or DeepSpeed symbol, in one place.
+
+The rest of the package reaches such symbols only through this module. :data:`FENCED` lists each one with the
+parameters the package relies on; ``tests/test_compat.py`` checks every entry against the installed releases in
+milliseconds and fails with one line naming the symbol that moved. Version-dependent behaviour is chosen here by
+feature detection (never by comparing version numbers).
+
+Lightning symbols are looked up in the namespace of the object at hand (``lightning.pytorch`` or
+``pytorch_lightning``), so the same code serves both.
+
+Importing this module imports torch but neither Lightning nor DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """One private or undocumented symbol the package uses, or a Lightning method it overrides.
+
+    Attributes:
+        module: the module that defines it, e.g. ``"lightning.pytorch.strategies.deepspeed"``.
+        name: a dotted path inside the module, e.g. ``"DeepSpeedStrategy._format_config"``.
+        params: the parameter names the package relies on, in order (``None``: not a callable, only its existence).
+        why: what the package does with it.
+    """
+
+    module: str
+    name: str
+    params: Optional[tuple[str, ...]]
+    why: str
+
+    def resolve(self) -> Any:
+        """The object itself (raises ``ImportError``/``AttributeError`` when it moved)."""
+        obj: Any = importlib.import_module(self.module)
+        for part in self.name.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def problem(self) -> Optional[str]:
+        """``None`` when the symbol exists with the expected parameters, else one line saying what changed."""
+        where = f"{self.module}.{self.name}"
+        try:
+            obj = self.resolve()
+        except (ImportError, AttributeError) as exc:
+            return f"{where} is gone ({type(exc).__name__}: {exc}); needed for: {self.why}"
+        if self.params is None:
+            return None
+        target: Any = obj.fget if isinstance(obj, property) else obj
+        try:
+            found = tuple(inspect.signature(target).parameters)
+        except (TypeError, ValueError) as exc:
+            return f"{where} has no inspectable signature ({exc}); needed for: {self.why}"
+        if found[: len(self.params)] != self.params:
+            return f"{where} takes {found}, expected {self.params}; needed for: {self.why}"
+        return None
+
+
+_LDS = "lightning.pytorch.strategies.deepspeed"
+_LDP = "lightning.pytorch.plugins.precision.deepspeed"
+
+#: Every fenced symbol. Overridden Lightning methods are listed too, so that a renamed or re-shaped base method
+#: fails the compat test (mypy catches it through ``typing_extensions.override`` as well).
+FENCED: tuple[Fenced, ...] = (
+    # -- Lightning's DeepSpeedStrategy: private methods the CPU strategy overrides or calls ----------------------
+    Fenced(_LDS, "DeepSpeedStrategy.setup_environment", ("self",), "CPU strategy: skip the CUDA-only check"),
+    Fenced(_LDS, "DeepSpeedStrategy.setup_distributed", ("self",), "CPU strategy: skip the device-index check"),
+    Fenced(_LDS, "DeepSpeedStrategy._init_deepspeed_distributed", ("self",), "CPU strategy: start DeepSpeed's group"),
+    Fenced(_LDS, "DeepSpeedStrategy.set_world_ranks", ("self",), "CPU strategy: ranks before DeepSpeed's group"),
+    Fenced(_LDS, "DeepSpeedStrategy.root_device", None, "CPU strategy: a device index for deepspeed.initialize"),
+    Fenced(
+        _LDS,
+        "DeepSpeedStrategy._setup_model_and_optimizer",
+        ("self", "model", "optimizer", "lr_scheduler"),
+        "CPU strategy: deepspeed.initialize reads root_device.index",
+    ),
+    Fenced(
+        _LDS,
+        "DeepSpeedStrategy._initialize_deepspeed_inference",
+        ("self", "model"),
+        "CPU strategy: deepspeed.initialize reads root_device.index",
+    ),
+    Fenced(_LDS, "DeepSpeedStrategy._format_config", ("self",), "the plugin's section goes in before Lightning's"),
+    Fenced(_LDS, "DeepSpeedStrategy._init_config_if_needed", ("self",), "Lightning formats its config once"),
+    Fenced(
+        _LDS,
+        "DeepSpeedStrategy.__init__",
+        ("self", "accelerator", "zero_optimization", "stage"),
+        "loss-scaling defaults, to tell a user's strategy arguments from Lightning's defaults",
+    ),
+    Fenced("lightning.fabric.utilities.seed", "reset_seed", (), "CPU strategy: setup_distributed as Lightning does"),
+    Fenced(
+        "lightning.fabric.plugins.precision.deepspeed",
+        "_PRECISION_INPUT",
+        None,
+        "Lightning's list of precisions, quoted verbatim in the unsupported-precision error",
+    ),
+    Fenced(
+        "lightning.pytorch.utilities.model_helpers",
+        "is_overridden",
+        ("method_name", "instance", "parent"),
+        "warn when LightningModule.backward is overridden",
+    ),
+    # -- Lightning's DeepSpeedPrecision: methods the plugin overrides -----------------------------------------
+    Fenced(_LDP, "DeepSpeedPrecision.__init__", ("self", "precision"), "the plugin's base class"),
+    Fenced(_LDP, "DeepSpeedPrecision.convert_module", ("self", "module"), "override"),
+    Fenced(_LDP, "DeepSpeedPrecision.convert_input", ("self", "data"), "override"),
+    Fenced(_LDP, "DeepSpeedPrecision.convert_output", ("self", "data"), "override"),
+    Fenced(_LDP, "DeepSpeedPrecision.tensor_init_context", ("self",), "override"),
+    Fenced(_LDP, "DeepSpeedPrecision.module_init_context", ("self",), "override"),
+    Fenced(_LDP, "DeepSpeedPrecision.forward_context", ("self",), "override"),
+    Fenced(_LDP, "DeepSpeedPrecision.connect", ("self", "model", "optimizers", "lr_schedulers"), "override"),
+    Fenced(_LDP, "DeepSpeedPrecision.backward", ("self", "tensor", "model", "optimizer"), "override"),
+    Fenced(_LDP, "DeepSpeedPrecision.optimizer_step", ("self", "optimizer", "model", "closure"), "override"),
+    Fenced(
+        _LDP,
+        "DeepSpeedPrecision.clip_gradients",
+        ("self", "optimizer", "clip_val", "gradient_clip_algorithm"),
+        "override",
+    ),
+    Fenced(_LDP, "DeepSpeedPrecision._after_closure", ("self", "model", "optimizer"), "optimizer_step's hooks"),
+    # -- DeepSpeed and torch --------------------------------------------------------------------------------
+    Fenced("deepspeed.runtime.constants", "TORCH_AUTOCAST", None, "feature detection: torch_autocast section"),
+    Fenced("deepspeed.runtime.constants", "BUFFER_DTYPE", None, "feature detection: buffers keep their dtype"),
+    Fenced("torch", "ops.mkldnn._is_mkldnn_fp16_supported", None, "DeepSpeed's own CPU fp16 probe"),
+)
+
+
+def fenced_problems() -> list[str]:
+    """One line for every fenced symbol that is missing or has other parameters than expected."""
+    problems: list[str] = []
+    for entry in FENCED:
+        problem = entry.problem()
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+# -- Lightning namespaces ------------------------------------------------------------------------------------
+def _root_of(obj: Any) -> str:
+    """``"lightning.pytorch"`` or ``"pytorch_lightning"``: the Lightning namespace ``obj``'s class comes from."""
+    for cls in type(obj).__mro__:
+        module = cls.__module__
+        if module.startswith("lightning.pytorch."):
+            return "lightning.pytorch"
+        if module.startswith("pytorch_lightning."):
+            return "pytorch_lightning"
+    return "lightning.pytorch"
+
+
+def _fabric_of(namespace: str) -> str:
+    return "lightning.fabric" if namespace == "lightning.pytorch" else "lightning_fabric"
+
+
+def base_method(obj: Any, class_name: str, method: str) -> Callable[..., Any]:
+    """``method`` of the first class in ``obj``'s MRO *after* the Lightning class called ``class_name``, bound to obj.
+
+    The CPU strategy uses it to skip one override of Lightning's ``DeepSpeedStrategy`` (e.g. its CUDA check) in
+    whichever Lightning namespace the strategy was built for.
+    """
+    mro = type(obj).__mro__
+    for index, cls in enumerate(mro):
+        if cls.__name__ == class_name and cls.__module__.split(".")[0] in ("lightning", "pytorch_lightning"):
+            return getattr(super(mro[index], obj), method)  # type: ignore[no-any-return]
+    raise TypeError(f"{type(obj).__qualname__} does not derive from Lightning's {class_name}")
+
+
+def reset_seed(strategy: Any) -> None:
+    """Lightning's ``reset_seed()`` of the strategy's namespace (re-seeds from ``PL_GLOBAL_SEED``, if set)."""
+    module = importlib.import_module(_fabric_of(_root_of(strategy)) + ".utilities.seed")
+    module.reset_seed()
+
+
+def init_deepspeed_distributed(strategy: Any) -> None:
+    """Lightning's ``DeepSpeedStrategy._init_deepspeed_distributed``: start DeepSpeed's process group."""
+    strategy._init_deepspeed_distributed()
+
+
+def config_formatted(strategy: Any) -> bool:
+    """Whether Lightning's ``DeepSpeedStrategy`` has already run ``_format_config`` on its config."""
+    return bool(getattr(strategy, "_config_initialized", False))
+
+
+def overrides_backward(model: Any) -> bool:
+    """Whether the LightningModule ``model`` overrides ``LightningModule.backward`` (Lightning's own check)."""
+    namespace = _root_of(model)
+    helpers = importlib.import_module(namespace + ".utilities.model_helpers")
+    return bool(helpers.is_overridden("backward", model))
+
+
+def trainer_of(model: Any) -> Any:
+    """The Trainer a LightningModule is attached to, or ``None`` (no error when detached)."""
+    return getattr(model, "_trainer", None)
+
+
+def lightning_precisions() -> tuple[str, ...]:
+    """Lightning's own tuple of DeepSpeed precisions (``get_args(_PRECISION_INPUT)``), for its error message."""
+    from typing import get_args
+
+    from lightning.fabric.plugins.precision.deepspeed import _PRECISION_INPUT
+
+    return tuple(get_args(_PRECISION_INPUT))
+
+
+def desired_dtype(plugin: Any) -> torch.dtype:
+    """The dtype Lightning's ``DeepSpeedPrecision.__init__`` chose (``_desired_dtype``)."""
+    dtype = plugin._desired_dtype
+    assert isinstance(dtype, torch.dtype)
+    return dtype
+
+
+# -- telling Lightning's defaults from the user's DeepSpeed config --------------------------------------------
+def _loss_scaling_defaults() -> dict[str, Any]:
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    params = inspect.signature(DeepSpeedStrategy.__init__).parameters
+    return {name: params[name].default for name in _LOSS_SCALING_ATTRIBUTES}
+
+
+_LOSS_SCALING_ATTRIBUTES = ("loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale")
+
+
+def strategy_loss_scaling(strategy: Any) -> dict[str, Any]:
+    """The fp16 loss-scaling arguments the user gave Lightning's ``DeepSpeedStrategy`` (only non-default ones)."""
+    defaults = _loss_scaling_defaults()
+    given = {name: getattr(strategy, name, defaults[name]) for name in _LOSS_SCALING_ATTRIBUTES}
+    return {name: value for name, value in given.items() if value != defaults[name]}
+
+
+#: The key Lightning's ``_format_config`` always adds first (and refuses in a user's config): every key that comes
+#: after it in the (insertion-ordered) config dict was added by Lightning's formatting, not written by the user.
+FORMAT_MARKER = "gradient_accumulation_steps"
+
+
+def lightning_written_keys(strategy: Any) -> frozenset[str]:
+    """Top-level keys of ``strategy.config`` that Lightning's ``_format_config`` added, not the user.
+
+    Before Lightning formats the config there are none. Lightning's formatting adds :data:`FORMAT_MARKER` first
+    (and refuses it in a user's config), then writes the batch size, ``gradient_clipping`` and the ``fp16``/``bf16``
+    section only where the user's config has none: so the keys from the marker on are Lightning's, and the keys
+    before it are the user's. ``tests/test_compat.py`` checks this against Lightning's real ``_format_config``.
+    """
+    config = strategy.config
+    if not config_formatted(strategy) or not isinstance(config, Mapping) or FORMAT_MARKER not in config:
+        return frozenset()
+    keys = list(config)
+    return frozenset(keys[keys.index(FORMAT_MARKER) :])
+
+
+# -- DeepSpeed and torch feature detection -------------------------------------------------------------------
+@functools.cache
+def _deepspeed_constants() -> frozenset[str]:
+    """Names defined in ``deepspeed.runtime.constants``: which config sections the installed DeepSpeed knows."""
+    from deepspeed.runtime import constants
+
+    return frozenset(dir(constants))
+
+
+def deepspeed_has_torch_autocast() -> bool:
+    """Whether the installed DeepSpeed reads a ``torch_autocast`` config section."""
+    return "TORCH_AUTOCAST" in _deepspeed_constants()
+
+
+def deepspeed_keeps_buffer_dtype() -> bool:
+    """Whether the installed DeepSpeed leaves buffers in their dtype when it casts a module to fp16/bf16.
+
+    Releases that know ``data_types.buffer_dtype`` cast parameters only; older ones cast the whole module.
+    """
+    return "BUFFER_DTYPE" in _deepspeed_constants()
+
+
+def cpu_supports_fp16() -> bool:
+    """Whether DeepSpeed's CPU accelerator accepts fp16 here: DeepSpeed asks oneDNN the same question.
+
+    A torch without the probe counts as unsupported, as DeepSpeed's CPU accelerator treats it.
+    """
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_fp16_supported", None)
+    return bool(probe()) if probe is not None else False
+
+
+def registry_init_params(registry: Any, name: str) -> dict[str, Any]:
+    """The keyword arguments a name in Lightning's ``StrategyRegistry`` builds its strategy with."""
+    return dict(registry[name]["init_params"])

@@ -1,0 +1,107 @@
+"""The fence around private and undocumented symbols (``precision_deepspeed._compat``), checked in milliseconds.
+
+A Lightning, torch or DeepSpeed release that moves or re-shapes one of them fails here with one line naming it,
+instead of as a broken training run.
+"""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+import torch
+
+from precision_deepspeed import DeepSpeedPrecision, _compat
+
+
+@pytest.mark.parametrize("entry", _compat.FENCED, ids=lambda e: f"{e.module}.{e.name}")
+def test_fenced_symbol_exists_with_expected_signature(entry: _compat.Fenced) -> None:
+    problem = entry.problem()
+    assert problem is None, problem
+
+
+def test_a_moved_symbol_is_reported_in_one_line_naming_it() -> None:
+    gone = _compat.Fenced("lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy._no_such", ("self",), "test")
+    reshaped = _compat.Fenced("lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy._format_config",
+                              ("self", "extra"), "test")  # fmt: skip
+    for entry, expected in ((gone, "is gone"), (reshaped, "expected ('self', 'extra')")):
+        problem = entry.problem()
+        assert problem is not None
+        assert "\n" not in problem
+        assert problem.startswith(f"{entry.module}.{entry.name} ")
+        assert expected in problem
+
+
+def test_every_fenced_problem_is_listed() -> None:
+    assert _compat.fenced_problems() == []
+
+
+def test_overrides_carry_typing_extensions_override() -> None:
+    """Every method of the plugin and the CPU strategy that overrides a Lightning method is marked @override."""
+    from precision_deepspeed.plugin import DeepSpeedPrecisionImpl
+    from precision_deepspeed.strategy import DeepSpeedCPUStrategy
+
+    lightning_plugin = DeepSpeedPrecision.__mro__[-3]  # Lightning's DeepSpeedPrecision (before Precision, object)
+    assert lightning_plugin.__module__.startswith("lightning.")
+    checked = 0
+    for cls, base in ((DeepSpeedPrecisionImpl, DeepSpeedPrecision), (DeepSpeedCPUStrategy, DeepSpeedCPUStrategy)):
+        for name, value in vars(cls).items():
+            func = value.fget if isinstance(value, property) else value
+            if not callable(func) or name.startswith("__"):
+                continue
+            inherited = [k for k in base.__mro__[1:] if k.__module__.split(".")[0] == "lightning" and name in vars(k)]
+            if inherited:
+                checked += 1
+                assert getattr(func, "__override__", False), (
+                    f"{cls.__name__}.{name} overrides Lightning without @override"
+                )
+    assert checked >= 14
+
+
+def test_lightning_precisions_are_ours_in_lightnings_order() -> None:
+    assert _compat.lightning_precisions() == DeepSpeedPrecision.precisions
+    assert _compat.lightning_precisions() == get_args(
+        __import__("lightning.fabric.plugins.precision.deepspeed", fromlist=["_PRECISION_INPUT"])._PRECISION_INPUT
+    )
+
+
+def test_desired_dtype_is_set_by_lightnings_init() -> None:
+    assert _compat.desired_dtype(DeepSpeedPrecision("bf16-mixed")) is torch.bfloat16
+    assert _compat.desired_dtype(DeepSpeedPrecision("16-true")) is torch.float16
+
+
+def test_lightning_format_marker_separates_its_keys_from_the_users() -> None:
+    """Lightning's real ``_format_config``: every key it adds comes after ``gradient_accumulation_steps``."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.plugins.precision import DeepSpeedPrecision as LightningPlugin
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    user = {"zero_optimization": {"stage": 1}, "fp16": {"enabled": True, "hysteresis": 3}}
+    strategy = DeepSpeedStrategy(config=user, precision_plugin=LightningPlugin("16-mixed"))
+    trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=1, logger=False, gradient_clip_val=0.5)
+    model = pl.LightningModule()
+    model.trainer = trainer
+    strategy._lightning_module = model
+    trainer._data_connector.attach_data(model, train_dataloaders=[torch.zeros(1)])
+    assert _compat.lightning_written_keys(strategy) == frozenset()
+    strategy._init_config_if_needed()
+    assert _compat.config_formatted(strategy)
+    written = _compat.lightning_written_keys(strategy)
+    assert written == {"gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "gradient_clipping"}
+    assert set(strategy.config) - written == {"zero_optimization", "fp16"}
+    assert strategy.config["fp16"] == {"enabled": True, "hysteresis": 3}, "Lightning keeps a user's fp16 section"
+
+
+def test_loss_scaling_defaults_of_lightnings_strategy() -> None:
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    assert _compat.strategy_loss_scaling(DeepSpeedStrategy()) == {}
+    assert _compat.strategy_loss_scaling(DeepSpeedStrategy(hysteresis=5, loss_scale=8.0)) == {
+        "hysteresis": 5,
+        "loss_scale": 8.0,
+    }
+
+
+def test_cpu_fp16_probe_matches_deepspeeds_question() -> None:
+    expected = bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    assert _compat.cpu_supports_fp16() is expected

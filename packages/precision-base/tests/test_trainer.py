@@ -58,8 +58,9 @@ def test_precision_together_with_precision_plugin_is_refused(dummy_registered: t
     with pytest.raises(TrainerConfigurationError) as info:
         Trainer(precision_plugin="dummy:bf16-mixed", precision="16-mixed", accelerator="cpu", **QUIET)
     message = str(info.value)
-    assert "both precision='16-mixed' and precision_plugin='dummy:bf16-mixed'" in message
-    assert "remove precision=" in message
+    assert message.startswith("Received both `precision=16-mixed` and `plugins=<")  # Lightning's own words
+    assert "Choose one. (The precision plugin 'dummy:bf16-mixed' already sets the precision" in message
+    assert 'e.g. precision_plugin="dummy:16-mixed"' in message
 
 
 @pytest.mark.parametrize("as_list", [True, False])
@@ -67,8 +68,10 @@ def test_precision_plugin_in_plugins_as_well_is_refused(dummy_registered: type, 
     other = MixedPrecision("bf16-mixed", device="cpu")
     with pytest.raises(TrainerConfigurationError) as info:
         Trainer(precision_plugin="dummy:32", plugins=[other] if as_list else other, accelerator="cpu", **QUIET)
-    assert "also the precision plugin MixedPrecision in plugins=" in str(info.value)
-    assert "Pass exactly one precision plugin" in str(info.value)
+    assert str(info.value).startswith(
+        "Received multiple values for Precision flags in `plugins`. Expected one value for each type at most. "
+        "(precision_plugin='dummy:32' and the precision plugin MixedPrecision in plugins= are two.)"
+    )
 
 
 def test_other_plugins_are_kept(dummy_registered: type) -> None:
@@ -142,3 +145,142 @@ def test_fit_with_a_really_installed_plugin(tmp_path: Path) -> None:
         "dtypes": ["torch.bfloat16"],
         "fell": True,
     }
+
+
+# -- names in plugins= (issue: a string there is a plugin name, not Lightning's per-character error) ----------------
+@pytest.mark.parametrize("plugins", ["dummy:bf16-mixed", ["dummy:bf16"], ("dummy:bf16-mixed",)])
+def test_a_name_in_plugins_is_the_precision_plugin(dummy_registered: type, plugins: object) -> None:
+    trainer = Trainer(plugins=plugins, accelerator="cpu", devices=1, **QUIET)
+    assert isinstance(trainer.precision_plugin, dummy_registered)
+    assert trainer.precision_plugin.precision == "bf16-mixed"
+
+
+def test_a_name_in_plugins_keeps_the_other_plugins(dummy_registered: type) -> None:
+    from lightning.pytorch.plugins import TorchCheckpointIO
+
+    io = TorchCheckpointIO()
+    trainer = Trainer(plugins=[io, "dummy:32"], accelerator="cpu", devices=1, **QUIET)
+    assert trainer.strategy.checkpoint_io is io
+    assert trainer.precision_plugin.precision == "32-true"
+
+
+def test_a_name_in_plugins_meets_the_strategy_check(dummy_registered: type) -> None:
+    with pytest.raises(TrainerConfigurationError, match="strategy='fsdp'"):
+        Trainer(plugins="dummy:bf16-mixed", strategy="fsdp", accelerator="cpu", **QUIET)
+
+
+@pytest.mark.parametrize("text", ["fsdp", "bf16-mixed", "dummy:fp8"])
+def test_a_string_in_plugins_that_is_no_name_gets_a_clear_error(dummy_registered: type, text: str) -> None:
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(TrainerConfigurationError) as info:
+        Trainer(plugins=[text], accelerator="cpu", **QUIET)
+    assert isinstance(info.value, MisconfigurationException)  # what Lightning raises for a bad plugin
+    message = str(info.value)
+    assert message.startswith(
+        f"Found invalid type for plugin {text}. Expected one of: Precision, CheckpointIO, ClusterEnvironment, or "
+        f"LayerSync. A string in plugins= is read as a precision plugin name, and {text!r} is not one: "
+    )
+    assert '"<backend>:<precision>"' in message
+
+
+def test_two_precision_plugins_by_name_are_refused(dummy_registered: type) -> None:
+    with pytest.raises(TrainerConfigurationError, match=r"^Received multiple values for Precision flags"):
+        Trainer(plugins=["dummy:32", "dummy:bf16-mixed"], accelerator="cpu", **QUIET)
+    with pytest.raises(TrainerConfigurationError, match=r"^Received multiple values for Precision flags"):
+        Trainer(precision_plugin="dummy:32", plugins="dummy:bf16-mixed", accelerator="cpu", **QUIET)
+
+
+def test_an_unknown_backend_in_plugins_says_what_is_installed(dummy_registered: type) -> None:
+    with pytest.raises(UnknownBackendError, match="no precision plugin is registered for backend 'nosuch'"):
+        Trainer(plugins="nosuch:bf16-mixed", accelerator="cpu", **QUIET)
+
+
+# -- PL_TRAINER_* environment defaults, as Lightning's Trainer reads them -------------------------------------------
+ENV = {
+    "PL_TRAINER_MAX_EPOCHS": "3",
+    "PL_TRAINER_MAX_STEPS": "11",
+    "PL_TRAINER_LIMIT_TRAIN_BATCHES": "0.5",
+    "PL_TRAINER_LOG_EVERY_N_STEPS": "7",
+    "PL_TRAINER_ACCELERATOR": "cpu",
+    "PL_TRAINER_DETERMINISTIC": "True",
+    "PL_TRAINER_ENABLE_PROGRESS_BAR": "False",
+    "PL_TRAINER_DEFAULT_ROOT_DIR": "some/dir",
+}
+
+
+def _observed(trainer: pl.Trainer) -> dict[str, object]:
+    return {
+        "max_epochs": trainer.max_epochs,
+        "max_steps": trainer.max_steps,
+        "limit_train_batches": trainer.limit_train_batches,
+        "log_every_n_steps": trainer.log_every_n_steps,
+        "accelerator": type(trainer.accelerator).__name__,
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "progress_bar": trainer.progress_bar_callback is not None,
+        "root": trainer.default_root_dir,
+    }
+
+
+def test_environment_defaults_are_read_as_lightning_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    try:
+        theirs = _observed(pl.Trainer(devices=1, logger=False))
+        ours = _observed(Trainer(devices=1, logger=False))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert ours == theirs
+    assert ours["max_epochs"] == 3
+    assert ours["root"].endswith("some/dir")
+    assert ours["progress_bar"] is False
+
+
+def test_explicit_arguments_beat_the_environment(monkeypatch: pytest.MonkeyPatch, dummy_registered: type) -> None:
+    monkeypatch.setenv("PL_TRAINER_MAX_EPOCHS", "3")
+    monkeypatch.setenv("PL_TRAINER_PRECISION_PLUGIN", "dummy:bf16-mixed")
+    trainer = Trainer(precision_plugin="dummy:32", max_epochs=5, accelerator="cpu", devices=1, **QUIET)
+    assert trainer.max_epochs == 5
+    assert trainer.precision_plugin.precision == "32-true"
+
+
+def test_precision_plugin_from_the_environment(monkeypatch: pytest.MonkeyPatch, dummy_registered: type) -> None:
+    monkeypatch.setenv("PL_TRAINER_PRECISION_PLUGIN", "dummy:bf16-true")
+    trainer = Trainer(accelerator="cpu", devices=1, **QUIET)
+    assert isinstance(trainer.precision_plugin, dummy_registered)
+    assert trainer.precision_plugin.precision == "bf16-true"
+
+
+def test_environment_strategy_reaches_the_plugins_check(
+    monkeypatch: pytest.MonkeyPatch, dummy_registered: type
+) -> None:
+    monkeypatch.setenv("PL_TRAINER_STRATEGY", "fsdp")
+    with pytest.raises(TrainerConfigurationError, match="strategy='fsdp'"):
+        Trainer(precision_plugin="dummy:bf16-mixed", accelerator="cpu", **QUIET)
+
+
+def test_environment_precision_with_a_plugin_is_refused(
+    monkeypatch: pytest.MonkeyPatch, dummy_registered: type
+) -> None:
+    monkeypatch.setenv("PL_TRAINER_PRECISION", "16-mixed")
+    monkeypatch.setenv("PL_TRAINER_PRECISION_PLUGIN", "dummy:bf16-mixed")
+    with pytest.raises(TrainerConfigurationError, match=r"^Received both `precision=16-mixed`"):
+        Trainer(accelerator="cpu", **QUIET)
+
+
+def test_signature_lightning_reads_the_environment_from() -> None:
+    ours = inspect.signature(Trainer)
+    assert list(ours.parameters) == list(inspect.signature(pl.Trainer).parameters)
+    assert "precision_plugin" in inspect.signature(Trainer.__init__).parameters  # what LightningCLI reads
+
+
+def test_fit_with_environment_defaults(monkeypatch: pytest.MonkeyPatch, dummy_registered: type) -> None:
+    monkeypatch.setenv("PL_TRAINER_MAX_EPOCHS", "3")
+    monkeypatch.setenv("PL_TRAINER_LIMIT_TRAIN_BATCHES", "2")
+    monkeypatch.setenv("PL_TRAINER_PRECISION_PLUGIN", "dummy:bf16-mixed")
+    model = TinyRegressor()
+    trainer = Trainer(accelerator="cpu", devices=1, **QUIET)
+    trainer.fit(model)
+    assert trainer.current_epoch == 3
+    assert trainer.global_step == 6
+    assert set(model.compute_dtypes) == {torch.bfloat16}

@@ -24,6 +24,7 @@ from precision_base.errors import (
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
+from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
 from precision_base.registry import (
     ENTRY_POINT_GROUP,
     PluginEntry,
@@ -58,6 +59,7 @@ __all__ = [
     "PluginSpec",
     "PrecisionPlugin",
     "PrecisionPluginError",
+    "PrecisionPluginTrainerMixin",
     "SpecTypeError",
     "Trainer",
     "TrainerConfigurationError",
@@ -70,6 +72,7 @@ __all__ = [
     "list_plugins",
     "normalize_precision",
     "parse_spec",
+    "prepare_trainer_kwargs",
     "register",
     "registered",
     "resolve",

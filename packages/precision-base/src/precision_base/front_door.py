@@ -1,0 +1,284 @@
+"""What turns ``precision_plugin=`` (and plugin names in ``plugins=``) into arguments a Lightning Trainer accepts.
+
+Two public forms, for both Lightning namespaces (``lightning.pytorch`` and ``pytorch_lightning``):
+
+* :class:`PrecisionPluginTrainerMixin`, listed before a Lightning ``Trainer`` class in the bases of a Trainer
+  class (``precision_base.Trainer`` and ``precision_base.pytorch_lightning.Trainer`` are exactly that). It finds
+  the namespace from the class it is mixed into, honours ``PL_<CLASS>_<ARGUMENT>`` environment defaults the way
+  Lightning's Trainer does (``PL_TRAINER_PRECISION_PLUGIN`` included), and calls :func:`prepare_trainer_kwargs`.
+* :func:`prepare_trainer_kwargs`, for a Trainer subclass that writes its own ``__init__``.
+
+Importing this module imports no Lightning module; each call imports the namespace it works for.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any, Optional
+
+from precision_base._compat import parse_env_variables
+from precision_base.contract import PrecisionPlugin
+from precision_base.errors import PrecisionPluginError, TrainerConfigurationError
+from precision_base.namespaces import NAMESPACES, lightning_root, namespace_of
+from precision_base.registry import resolve
+from precision_base.spec import PRECISIONS, normalize_precision
+
+_PRECISION_PLUGIN = "precision_plugin"
+
+
+def _as_list(plugins: Any) -> list[Any]:
+    if plugins is None:
+        return []
+    if isinstance(plugins, (list, tuple)):
+        return list(plugins)
+    if isinstance(plugins, str) or not isinstance(plugins, Iterable):
+        return [plugins]
+    return list(plugins)
+
+
+_error_classes: dict[str, type[TrainerConfigurationError]] = {}
+_error_lock = threading.Lock()
+
+
+def _plugin_name_error(namespace: str, message: str) -> TrainerConfigurationError:
+    """A :class:`TrainerConfigurationError` that is also the namespace's ``MisconfigurationException`` (what
+    Lightning raises for a bad entry in ``plugins=``), so code catching either keeps working."""
+    with _error_lock:
+        cls = _error_classes.get(namespace)
+        if cls is None:
+            lightning: Any = lightning_root(namespace)
+            misconfiguration = lightning.utilities.exceptions.MisconfigurationException
+            cls = _error_classes[namespace] = type(
+                "InvalidPluginNameError",
+                (TrainerConfigurationError, misconfiguration),
+                {"__module__": __name__, "__doc__": "A string in plugins= that is not a precision plugin name."},
+            )
+    return cls(message)
+
+
+def _resolve_name_in_plugins(name: str, namespace: str) -> Any:
+    try:
+        return resolve(name, namespace=namespace)
+    except (ValueError, TypeError) as exc:
+        if not isinstance(exc, PrecisionPluginError) or isinstance(exc, TrainerConfigurationError):
+            raise
+        raise _plugin_name_error(
+            namespace,
+            f"Found invalid type for plugin {name}. Expected one of: Precision, CheckpointIO, ClusterEnvironment, "
+            f"or LayerSync. A string in plugins= is read as a precision plugin name, and {name!r} is not one: {exc}",
+        ) from exc
+
+
+def _precision_flag(precision: Any) -> str:
+    try:
+        return normalize_precision(precision)
+    except PrecisionPluginError:
+        return str(precision)
+
+
+def _duplicate_precision_error(shown: str) -> TrainerConfigurationError:
+    return TrainerConfigurationError(
+        "Received multiple values for Precision flags in `plugins`. Expected one value for each type at most. "
+        f"{shown} Pass exactly one precision plugin: by name with precision_plugin= (or one name in plugins=), or "
+        "one instance in plugins=."
+    )
+
+
+def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any:
+    if isinstance(plugin, precision_class):
+        return plugin
+    other = namespace_of(plugin)
+    if other in NAMESPACES:
+        raise TrainerConfigurationError(
+            f"precision_plugin={type(plugin).__name__}(...) was built for {other}, but this Trainer is "
+            f"{namespace}'s. Pass the plugin's name instead (e.g. precision_plugin="
+            f"{getattr(plugin, 'spec', 'fsdp:bf16-mixed')!r}), or build the instance for {namespace} with "
+            f"precision_base.namespaces.for_namespace({type(plugin).__name__}, {namespace!r})(...)."
+        )
+    raise TypeError(
+        f'precision_plugin must be a name like "fsdp:bf16-mixed" or a {namespace} Precision instance, '
+        f"got {type(plugin).__name__} {plugin!r}"
+    )
+
+
+def prepare_trainer_kwargs(
+    precision_plugin: Optional[Any], kwargs: dict[str, Any], *, namespace: str = "lightning.pytorch"
+) -> dict[str, Any]:
+    """Turn ``precision_plugin=`` and plugin names in ``plugins=`` into Lightning Trainer keyword arguments.
+
+    The function form of :class:`PrecisionPluginTrainerMixin`, for a Trainer subclass with its own ``__init__``::
+
+        class MyTrainer(lightning.Trainer):
+            def __init__(self, *, precision_plugin=None, **kwargs):
+                super().__init__(**prepare_trainer_kwargs(precision_plugin, kwargs))
+
+    Args:
+        precision_plugin: ``None``, a plugin name ``"<backend>:<precision>"`` (e.g. ``"fsdp:bf16-mixed"``) or a
+            ``Precision`` instance of ``namespace``.
+        kwargs: the other Trainer keyword arguments; not modified. A string in ``plugins=`` (alone or in the list)
+            is read as a plugin name, as if given to ``precision_plugin=``.
+        namespace: ``"lightning.pytorch"`` (``lightning.Trainer``) or ``"pytorch_lightning"``.
+
+    Returns:
+        A new dict: ``plugins=`` holds the plugin instance (built for ``namespace``) after the other plugins, and
+        ``strategy=`` is what the plugin's ``configure_strategy`` returned for the given ``strategy``,
+        ``accelerator`` and ``devices``. Without a precision plugin, ``kwargs`` comes back as a copy.
+
+    Raises:
+        TrainerConfigurationError: ``precision=`` is also given, more than one precision plugin is given, the
+            instance was built for the other namespace, a string in ``plugins=`` is not a plugin name (this one is
+            also Lightning's ``MisconfigurationException``), or the plugin cannot work with ``strategy=``.
+        TypeError: ``precision_plugin`` is neither a name nor a ``Precision``.
+        precision_base errors from :func:`precision_base.resolve` for a name that cannot be resolved.
+    """
+    if namespace not in NAMESPACES:
+        raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")
+    lightning: Any = lightning_root(namespace)
+    precision_class: type = lightning.plugins.precision.Precision
+    given = _as_list(kwargs.get("plugins"))
+    named = [p for p in given if isinstance(p, str)]
+    plugins = [_resolve_name_in_plugins(p, namespace) if isinstance(p, str) else p for p in given]
+    chosen: Optional[Any] = None
+    if precision_plugin is not None:
+        chosen = (
+            resolve(precision_plugin, namespace=namespace)
+            if isinstance(precision_plugin, str)
+            else _checked_instance(precision_plugin, namespace, precision_class)
+        )
+    in_plugins = [p for p in plugins if isinstance(p, precision_class)]
+    if chosen is not None and in_plugins:
+        raise _duplicate_precision_error(
+            f"(precision_plugin={precision_plugin!r} and the precision plugin {type(in_plugins[0]).__name__} in "
+            "plugins= are two.)"
+        )
+    if len(in_plugins) > 1:
+        raise _duplicate_precision_error("(plugins= holds " + ", ".join(type(p).__name__ for p in in_plugins) + ".)")
+    if chosen is None and named:
+        chosen = in_plugins[0]  # a name in plugins= is treated like precision_plugin=
+    out = dict(kwargs)
+    if chosen is None:
+        if named:
+            out["plugins"] = plugins
+        return out
+    if kwargs.get("precision") is not None:
+        flag = _precision_flag(kwargs["precision"])
+        backend = getattr(chosen, "backend", "fsdp")
+        example = f'precision_plugin="{backend}:{flag if flag in PRECISIONS else "bf16-mixed"}"'
+        raise TrainerConfigurationError(
+            f"Received both `precision={flag}` and `plugins={chosen}`. Choose one. "
+            f"(The precision plugin {getattr(chosen, 'spec', type(chosen).__name__)!r} already sets the precision: "
+            f"remove precision=, and put the precision in the plugin name instead, e.g. {example}.)"
+        )
+    out.pop("precision", None)
+    if isinstance(chosen, PrecisionPlugin):
+        out["strategy"] = chosen.configure_strategy(
+            kwargs.get("strategy", "auto"),
+            accelerator=kwargs.get("accelerator", "auto"),
+            devices=kwargs.get("devices", "auto"),
+        )
+    out["plugins"] = [*(p for p in plugins if p is not chosen), chosen]
+    return out
+
+
+def _trainer_namespace(cls: type) -> str:
+    namespace = namespace_of(cls)
+    if namespace not in NAMESPACES:
+        raise TypeError(
+            f"{cls.__qualname__} uses PrecisionPluginTrainerMixin without a Lightning Trainer base: list the mixin "
+            "before lightning.Trainer or pytorch_lightning.Trainer, e.g. "
+            "class MyTrainer(PrecisionPluginTrainerMixin, lightning.Trainer)"
+        )
+    assert namespace is not None
+    return namespace
+
+
+def _env_signature(owner: type, *, for_mixin: bool) -> inspect.Signature:
+    """The keyword arguments of ``owner`` that environment defaults are read for.
+
+    For Lightning's reader (``for_mixin=False``): the class's own ``__init__`` parameters without
+    ``precision_plugin``, with ``**kwargs`` spelled out as the Lightning Trainer's parameters. For the mixin's reader
+    (``for_mixin=True``): the Lightning Trainer's parameters and ``precision_plugin``, which is what the mixin passes
+    on (the parameters of a subclass's own ``__init__`` were consumed before the mixin runs).
+    """
+    trainer_init = lightning_root(_trainer_namespace(owner)).Trainer.__init__
+    lightning_params = list(inspect.signature(trainer_init).parameters.values())[1:]
+    if for_mixin:
+        extra = inspect.Parameter(_PRECISION_PLUGIN, inspect.Parameter.KEYWORD_ONLY, default=None)
+        return inspect.Signature([*lightning_params, extra])
+    init = owner.__init__  # type: ignore[misc]
+    if init in (PrecisionPluginTrainerMixin.__init__, trainer_init):
+        return inspect.Signature(lightning_params)
+    own = list(inspect.signature(init).parameters.values())[1:]
+    params = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != _PRECISION_PLUGIN]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in own):
+        taken = {p.name for p in params}
+        params += [p for p in lightning_params if p.name not in taken]
+    return inspect.Signature(params)
+
+
+class _LightningVisibleSignature:
+    """``__signature__`` of a class using the mixin, as ``inspect.signature(cls)`` (what Lightning's environment
+    defaults read) sees it: every Trainer argument, without ``precision_plugin`` (the mixin reads that one)."""
+
+    def __init__(self) -> None:
+        self._cache: weakref.WeakKeyDictionary[type, inspect.Signature] = weakref.WeakKeyDictionary()
+
+    def __get__(self, instance: object, owner: type) -> Optional[inspect.Signature]:
+        if instance is not None or namespace_of(owner) not in NAMESPACES:
+            return None
+        signature = self._cache.get(owner)
+        if signature is None:
+            signature = self._cache[owner] = _env_signature(owner, for_mixin=False)
+        return signature
+
+
+class PrecisionPluginTrainerMixin:
+    """Gives a Lightning Trainer class a ``precision_plugin=`` argument; list it before the Trainer class::
+
+        class MyTrainer(PrecisionPluginTrainerMixin, lightning.Trainer): ...
+        class MyPLTrainer(PrecisionPluginTrainerMixin, pytorch_lightning.Trainer): ...
+
+    The Lightning namespace comes from the class the mixin is mixed into. Environment defaults work as in
+    Lightning's Trainer: ``PL_<CLASS NAME>_<ARGUMENT>`` (``PL_TRAINER_MAX_EPOCHS=3`` for a class named
+    ``Trainer``), read for every Trainer argument and for ``precision_plugin``; an argument passed explicitly wins.
+
+    Args:
+        precision_plugin: a plugin name ``"<backend>:<precision>"`` (e.g. ``"fsdp:bf16-mixed"``) resolved through
+            the installed plugins and built for the Trainer's namespace, or a ``Precision`` instance of that
+            namespace. ``None`` (the default) leaves the Trainer exactly as Lightning's, except that plugin names
+            in ``plugins=`` are resolved.
+        **kwargs: every argument of the Lightning Trainer; see :func:`prepare_trainer_kwargs`.
+    """
+
+    __signature__ = _LightningVisibleSignature()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        namespace = namespace_of(cls)
+        if namespace in NAMESPACES:
+            trainer = lightning_root(namespace).Trainer
+            mro = cls.__mro__
+            if trainer in mro and mro.index(trainer) < mro.index(PrecisionPluginTrainerMixin):
+                raise TypeError(
+                    f"{cls.__qualname__} lists {trainer.__module__}.Trainer before PrecisionPluginTrainerMixin, so "
+                    "the mixin's __init__ never runs; list the mixin first: "
+                    f"class {cls.__name__}(PrecisionPluginTrainerMixin, Trainer)"
+                )
+
+    def __init__(self, *, precision_plugin: Optional[Any] = None, **kwargs: Any) -> None:
+        cls = type(self)
+        namespace = _trainer_namespace(cls)
+        proxy = type(cls.__name__, (), {"__signature__": _env_signature(cls, for_mixin=True)})
+        env = vars(parse_env_variables(namespace, proxy))
+        from_env = env.pop(_PRECISION_PLUGIN, None)
+        kwargs = {**env, **kwargs}
+        if precision_plugin is None:
+            precision_plugin = from_env
+        kwargs = prepare_trainer_kwargs(precision_plugin, kwargs, namespace=namespace)
+        super().__init__(**kwargs)  # spelled this way so that LightningCLI (jsonargparse) sees Lightning's arguments
+
+
+__all__ = ["PrecisionPluginTrainerMixin", "prepare_trainer_kwargs"]

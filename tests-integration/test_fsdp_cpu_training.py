@@ -104,3 +104,174 @@ def test_16_mixed_inf_gradients_skip_the_step_and_back_off(runs: TrainingRuns) -
     assert saved["scale"] == steps[run["resume_step"] - 1]["scale_after"]
     assert saved["scale"] < run["start_scale"], "the saved scale should reflect the back-off"
     assert run["resumed_start_scale"] == saved["scale"], "the resumed run did not restore the scaler's scale"
+
+
+# -- every door, the default sharding, resume under another precision, overflow storms ---------------------------------
+# ``_fsdp_doors.py`` runs as a script; Lightning's own launcher starts its second process (as for a user's train.py).
+# Each scenario runs once per session; the tests read its JSON records (one per fit).
+DOORS_SCRIPT = Path(__file__).with_name("_fsdp_doors.py")
+
+
+class DoorRuns:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._records: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def __call__(self, scenario: str) -> dict[str, dict[str, Any]]:
+        if scenario not in self._records:
+            import json
+            import os
+            import subprocess
+            import sys
+
+            out = self.root / scenario
+            out.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+            cmd = [sys.executable, str(DOORS_SCRIPT), scenario, str(out)]
+            proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0 or not (out / "result.json").exists():
+                raise AssertionError(
+                    f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+                )
+            records = json.loads((out / "result.json").read_text())
+            self._records[scenario] = {r["label"]: r for r in records}
+        return self._records[scenario]
+
+
+@pytest.fixture(scope="session")
+def doors(tmp_path_factory: pytest.TempPathFactory) -> DoorRuns:
+    return DoorRuns(Path(tmp_path_factory.mktemp("fsdp_doors")))
+
+
+def _trained(record: dict[str, Any]) -> None:
+    assert "error" not in record, record.get("error")
+    losses = record["losses"]
+    assert all(math.isfinite(x) for x in losses), losses
+    assert sum(losses[-2:]) < sum(losses[:2]), f"{record['label']}: loss did not fall: {losses}"
+
+
+DTYPE = {
+    "32-true": "float32",
+    "16-true": "float16",
+    "bf16-true": "bfloat16",
+    "16-mixed": "float16",
+    "bf16-mixed": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_front_page_line_in_two_processes_shards_without_configure_model(doors: DoorRuns, precision: str) -> None:
+    """``precision_base.Trainer(precision_plugin="fsdp:<p>", devices=2)``: FSDP2Strategy, default policy."""
+    run = doors("bare2")[f"bare-{precision}"]
+    _trained(run)
+    assert (run["strategy"], run["world_size"]) == ("FSDP2Strategy", 2)
+    assert run["units"] == ["<root>", "blocks", "embed", "head"], "each direct child with parameters, then the root"
+    assert run["all_dtensor"], "every parameter is sharded"
+    assert run["param_dtypes"] == ["torch.float32"]
+    assert run["compute"] == [f"torch.{DTYPE[precision]}"]
+    assert run["reduce_dtypes"] == ["torch.float32"]
+
+
+@pytest.mark.parametrize("precision", ["32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"])
+def test_front_page_line_in_one_process(doors: DoorRuns, precision: str) -> None:
+    """``precision_base.Trainer(precision_plugin="fsdp:<p>")`` with no devices: one process, FSDP2 on CPU."""
+    run = doors("bare1")[f"one-process-{precision}"]
+    _trained(run)
+    assert (run["strategy"], run["world_size"]) == ("FSDP2Strategy", 1)
+    assert run["all_dtensor"]
+    assert run["compute"] == [f"torch.{DTYPE[precision]}"]
+    stored = "float32" if precision.endswith("mixed") else DTYPE[precision]
+    assert run["param_dtypes"] == [f"torch.{stored}"]
+    lower = [w for w in run["warnings"] if "enables computation in lower precision" in w]
+    if precision in ("16-true", "bf16-true"):
+        assert lower == [
+            f"FSDP with `{precision}` enables computation in lower precision. " + lower[0].split(". ", 1)[1]
+        ]
+    else:
+        assert lower == []
+
+
+@pytest.mark.parametrize(
+    ("scenario", "label", "expected"),
+    [("bare1", f"one-process-{p}", DTYPE[p]) for p in DTYPE]
+    + [
+        ("bare2", "bare-bf16-mixed", "bfloat16"),
+        ("bare2", "lightning-plain-16-mixed-options", "float16"),
+        ("bare2", "pytorch_lightning-bf16-mixed", "bfloat16"),
+    ],
+)
+def test_lightnings_throughput_monitor_sees_the_compute_dtype(
+    doors: DoorRuns, scenario: str, label: str, expected: str
+) -> None:
+    """Lightning's real ThroughputMonitor asks FLOPs for the compute dtype (Lightning reads reduce_dtype, fp32 here)."""
+    assert doors(scenario)[label]["throughput_dtype"] == [f"torch.{expected}"]
+
+
+def test_plain_lightning_trainer_with_model_parallel_strategy_and_plugin_options(doors: DoorRuns) -> None:
+    """lightning.Trainer(plugins=[FSDPPrecision("16-mixed", init_scale=1024, growth_factor=4, growth_interval=2,
+    reduce_dtype="bf16")], strategy=ModelParallelStrategy(2, 1)): every option acts in a real run."""
+    run = doors("bare2")["lightning-plain-16-mixed-options"]
+    _trained(run)
+    assert (run["strategy"], run["world_size"]) == ("ModelParallelStrategy", 2)
+    assert run["units"] == ["<root>", "blocks.0", "blocks.1"], "the user's configure_model decides the units"
+    assert run["reduce_dtypes"] == ["torch.bfloat16"], "reduce_dtype='bf16'"
+    assert (run["scaler"], run["start_scale"]) == ("GradScaler", 1024.0)
+    assert run["scales"] == [1024.0, 4096.0, 4096.0, 16384.0, 16384.0], "x4 after every 2 clean steps"
+
+
+def test_pytorch_lightning_trainer_with_its_model_parallel_strategy(doors: DoorRuns) -> None:
+    run = doors("bare2")["pytorch_lightning-bf16-mixed"]
+    _trained(run)
+    assert run["strategy_module"] == "pytorch_lightning.strategies.model_parallel"
+    assert run["plugin"].endswith("FSDPPrecision")
+    assert run["world_size"] == 2
+    assert run["compute"] == ["torch.bfloat16"]
+    assert run["reduce_dtypes"] == ["torch.float32"]
+
+
+def test_16_mixed_overflow_storm_warns_then_stops(doors: DoorRuns) -> None:
+    run = doors("bare2")["overflow-storm"]
+    assert run["error"].startswith(
+        "OverflowStormError: fsdp:16-mixed: 4 optimizer steps in a row were skipped because the gradients held inf "
+        "or NaN at every loss scale tried"
+    )
+    assert "training stopped" in run["error"]
+    assert len(run["losses"]) == 4
+    assert any("2 optimizer steps in a row were skipped" in w for w in run["warnings"]), run["warnings"]
+
+
+RESUME_WARNINGS = {
+    "resume-1-bf16-mixed": "resuming a checkpoint written under precision '16-mixed' with precision 'bf16-mixed': "
+    "the 16-mixed loss scaler state is dropped: bf16-mixed does not scale the loss; compute runs in bfloat16 instead "
+    "of float16 from the next step on (parameters and optimizer state are restored as saved).",
+    "resume-2-16-mixed": "resuming a checkpoint written under precision 'bf16-mixed' with precision '16-mixed': the "
+    "16-mixed loss scaler starts fresh at scale 65536.0: bf16-mixed did not scale the loss; compute runs in float16 "
+    "instead of bfloat16 from the next step on (parameters and optimizer state are restored as saved).",
+    "resume-3-32-true": "resuming a checkpoint written under precision '16-mixed' with precision '32-true': the "
+    "16-mixed loss scaler state is dropped: 32-true does not scale the loss; compute runs in float32 instead of "
+    "float16 from the next step on (parameters and optimizer state are restored as saved).",
+}
+
+
+@pytest.mark.parametrize("label", list(RESUME_WARNINGS))
+def test_resume_under_another_precision_says_what_changed(doors: DoorRuns, label: str) -> None:
+    runs = doors("resume")
+    run = runs[label]
+    assert "error" not in run, run.get("error")
+    assert RESUME_WARNINGS[label] in run["warnings"]
+    assert run["start_step"] == int(label.split("-")[1]) * 2, "resumed at the checkpoint's step"
+    assert all(math.isfinite(x) for x in run["losses"])
+    assert run["compute"] == [f"torch.{DTYPE[label.split('-', 2)[2]]}"]
+    if label == "resume-2-16-mixed":
+        assert run["start_scale"] == 65536.0
+
+
+def test_resume_with_another_parameter_dtype_is_refused(doors: DoorRuns) -> None:
+    run = doors("resume")["resume-4-bf16-true"]
+    assert run["error"] == (
+        "PrecisionChangeError: cannot resume a checkpoint written under precision '32-true' with precision "
+        "'bf16-true': its sharded parameters and optimizer state are float32, the model's are bfloat16. Resume "
+        "under '32-true' (or another precision that stores parameters in float32), or load only the weights into a "
+        "new run."
+    )
+    assert run["losses"] == [], "refused before any step"

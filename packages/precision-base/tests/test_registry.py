@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 from importlib import metadata
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from precision_base import (
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
+from precision_base.errors import PrecisionPluginWarning
 from precision_base.registry import DISABLE_ENV_VAR, Registry
 
 EMPTY_GROUP = "precision_base.tests.no_such_group"
@@ -125,7 +127,8 @@ def test_two_registrations_of_one_name_name_both(registry: Registry) -> None:
         registry.register(dummy_info(), distribution="precision-dummy-fork", version="1.0")
     assert "precision-dummy 0.3.1" in str(info.value)
     assert "precision-dummy-fork 1.0" in str(info.value)
-    registry.register(dummy_info(strategy="replaced"), replace=True)
+    with pytest.warns(PrecisionPluginWarning, match=r"'dummy': precision-dummy 0\.3\.1 \(in-process\) is replaced by"):
+        registry.register(dummy_info(strategy="replaced"), replace=True)
     assert registry.entry("dummy").info.strategy == "replaced"  # type: ignore[union-attr]
 
 
@@ -191,13 +194,13 @@ def test_environment_variable_disables_named_plugins(registry: Registry, monkeyp
 
 def test_concurrent_first_use_discovers_once_and_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = metadata.entry_points
+    real = metadata.distributions
 
-    def counting(**kwargs: object) -> metadata.EntryPoints:
+    def counting(**kwargs: object) -> Any:
         calls.append(kwargs)
-        return real(**kwargs)  # type: ignore[arg-type]
+        return real(**kwargs)
 
-    monkeypatch.setattr(metadata, "entry_points", counting)
+    monkeypatch.setattr(metadata, "distributions", counting)
     reg = Registry(group=EMPTY_GROUP)
     reg.register(dummy_info())
     barrier = threading.Barrier(8)

@@ -22,6 +22,7 @@ from pathlib import Path
 from tools.packages import ROOT, packages
 
 SHARED = ("noxfile.py", "tools/", ".github/", "pyproject.toml")
+NOX_TAGS = ("-t", "ci", "matrix")  # bare `nox -l` lists only the CI slice (nox.options.tags)
 
 
 def touched_packages(changed: Iterable[str] | None, root: Path = ROOT) -> set[str]:
@@ -84,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.sessions_json, encoding="utf-8") as fh:
             listed = json.load(fh)
     else:
-        out = subprocess.run([sys.executable, "-m", "nox", "-l", "--json"], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "nox", "-l", "--json", *NOX_TAGS], capture_output=True, text=True, check=True
+        )
         listed = json.loads(out.stdout)
     chosen = select(listed, None if args.full else changed_files(args.changed_from), args.full)
     print(f"sessions={json.dumps(chosen)}")

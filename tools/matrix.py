@@ -128,6 +128,7 @@ class Report:
     requested: dict[str, str]
     junit: Path
     env: Path
+    folder: Path = REPORTS
     started: float = field(default_factory=time.time)
 
     def write(self, status: str, reason: str = "") -> None:
@@ -142,18 +143,17 @@ class Report:
             "started": self.started,
             "duration_s": round(time.time() - self.started, 1),
         }
-        REPORTS.mkdir(parents=True, exist_ok=True)
-        (REPORTS / f"{slug(self.session)}.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"{slug(self.session)}.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 @contextlib.contextmanager
-def reporting(session_name: str, cell: Cell) -> Iterator[Report]:
+def reporting(session_name: str, cell: Cell, folder: Path = REPORTS) -> Iterator[Report]:
     """Write the cell's report whatever happens: passed, failed (tests ran), error (did not reach them), skipped."""
-    base = REPORTS / slug(session_name)
-    report = Report(
-        session_name, cell.package, cell.requested, base.with_suffix(".junit.xml"), base.with_suffix(".env")
-    )
-    REPORTS.mkdir(parents=True, exist_ok=True)
+    name = slug(session_name)
+    junit, env = folder / f"{name}.junit.xml", folder / f"{name}.env.json"
+    report = Report(session_name, cell.package, cell.requested, junit, env, folder)
+    folder.mkdir(parents=True, exist_ok=True)
     for stale in (report.junit, report.env):
         stale.unlink(missing_ok=True)
     try:
@@ -172,12 +172,12 @@ def reporting(session_name: str, cell: Cell) -> Iterator[Report]:
 def collect(reports: Path = REPORTS) -> list[dict[str, Any]]:
     """Every cell report in ``reports``, in a stable order (package list order, then session name)."""
     order = [p.dist for p in packages().values()]
-    found = [json.loads(p.read_text()) for p in sorted(reports.glob("*.json"))]
+    found = [json.loads(p.read_text()) for p in sorted(reports.glob("*.json")) if not p.name.endswith(".env.json")]
     return sorted(found, key=lambda c: (order.index(c["package"]) if c["package"] in order else 99, c["session"]))
 
 
-def table(update_docs: bool = False, merge: bool = False, reports: Path = REPORTS) -> Path:
-    """Write the compatibility table from the reports; returns the Markdown file written."""
+def table(update_docs: bool = False, merge: bool = False, reports: Path = REPORTS, out: Path = BUILD) -> Path:
+    """Write the compatibility table from the reports into ``out`` (or docs/); returns the Markdown file written."""
     matrix = load()
     results = collect(reports)
     if not results:
@@ -202,7 +202,7 @@ def table(update_docs: bool = False, merge: bool = False, reports: Path = REPORT
         + list(matrix.get("left_out", {}).get("notes", [])),
         "command": "nox -t matrix; nox -s compat_table -- --update-docs" + (" --merge" if merge else ""),
     }
-    md = DOCS_TABLE if update_docs else BUILD / "compatibility.md"
+    md = DOCS_TABLE if update_docs else out / "compatibility.md"
     md.parent.mkdir(parents=True, exist_ok=True)
     write(results, meta, md, md.with_suffix(".json"), readmes=update_docs)
     return md

@@ -17,6 +17,7 @@ import precision_base
 from precision_base import TrainerConfigurationError
 from precision_base.testing.models import mlp
 from precision_fsdp import FSDP2Strategy, FSDPPrecision
+from precision_fsdp._compat import policy_reduce_dtype
 from precision_fsdp.clipping import ClipGradNormError
 from precision_fsdp.scaler import check_user_scaler
 
@@ -114,7 +115,7 @@ def test_reduce_dtype_by_dtype_or_name(value: Any, dtype: torch.dtype) -> None:
     plugin = FSDPPrecision("bf16-mixed", reduce_dtype=value)
     assert plugin.reduce_dtype == dtype
     assert plugin.mixed_precision_config.reduce_dtype == dtype
-    assert plugin.mixed_precision_policy.reduce_dtype == dtype
+    assert policy_reduce_dtype(plugin.mixed_precision_policy) == dtype
     assert plugin.dtypes().reduction == str(dtype).removeprefix("torch.")
 
 
@@ -143,7 +144,7 @@ def test_fsdp2_policy_and_tables_agree(precision: str) -> None:
     policy = plugin.mixed_precision_policy
     assert isinstance(policy, MixedPrecisionPolicy)
     param, reduce, buffer = FSDP1_EXPECTED[precision]
-    assert (policy.param_dtype, policy.reduce_dtype) == (param, reduce)
+    assert (policy.param_dtype, policy_reduce_dtype(policy)) == (param, reduce)
     one, two = plugin.dtypes(1), plugin.dtypes(2)
     for table in (one, two):
         assert table.compute == str(param).removeprefix("torch.")

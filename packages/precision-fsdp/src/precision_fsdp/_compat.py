@@ -42,6 +42,13 @@ except ImportError:  # pragma: no cover - torch < 2.5
 
 from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision  # public, every version
 
+
+def policy_reduce_dtype(policy: MixedPrecisionPolicy) -> Optional[torch.dtype]:
+    """The dtype FSDP2 reduce-scatters gradients in under ``policy``. torch 2.4's ``MixedPrecisionPolicy`` stores
+    ``reduce_dtype=None`` when it equals ``param_dtype`` (None meaning "as param_dtype"); later versions keep it."""
+    return policy.reduce_dtype if policy.reduce_dtype is not None else policy.param_dtype
+
+
 # -- torch: undocumented or private ---------------------------------------------------------------------------------
 SHARDED_GRAD_SCALER_MODULE: Final = "torch.distributed.fsdp.sharded_grad_scaler"
 """Undocumented module of FSDP1's ``ShardedGradScaler`` (Lightning imports it from here too)."""

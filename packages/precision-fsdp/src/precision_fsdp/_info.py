@@ -1,4 +1,8 @@
-"""The entry-point object of precision-fsdp: plain data, imports no torch."""
+"""The entry-point object of precision-fsdp: plain data, imports no torch.
+
+The requirements (torch, Lightning) are not repeated here: the registry reads them from this distribution's own
+metadata (``Requires-Dist``, from pyproject.toml) before it imports the plugin class.
+"""
 
 from precision_base import PluginInfo
 
@@ -6,7 +10,6 @@ INFO = PluginInfo(
     backend="fsdp",
     precisions=("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"),
     plugin_class="precision_fsdp.plugin:FSDPPrecision",
-    strategy="lightning.pytorch.strategies.FSDPStrategy (FSDP1) or ModelParallelStrategy (FSDP2)",
-    requires=("torch>=2.13", "lightning>=2.5"),
+    strategy="FSDP2Strategy (FSDP2, strategy='auto'), ModelParallelStrategy (FSDP2) or FSDPStrategy (FSDP1)",
     summary="FSDP1 MixedPrecision and FSDP2 MixedPrecisionPolicy, autocast on any device, fp32 reduction",
 )

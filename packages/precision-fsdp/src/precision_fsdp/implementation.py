@@ -182,7 +182,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             "FSDP1 dtypes": dict(self.dtypes(1).rows()),
             "FSDP2 MixedPrecisionPolicy (fully_shard)": {
                 "param_dtype": _name(policy.param_dtype),
-                "reduce_dtype": _name(policy.reduce_dtype),
+                "reduce_dtype": _name(_compat.policy_reduce_dtype(policy)),
                 "output_dtype": _name(policy.output_dtype),
                 "cast_forward_inputs": policy.cast_forward_inputs,
             },

@@ -100,7 +100,8 @@ def update_readme(readme: Path, group: list[dict[str, Any]], meta: dict[str, Any
         [
             README_START,
             f"From the matrix run of {meta.get('date', '?')} ({meta.get('machine', '?')}): {passed} of {len(group)} "
-            "cells passed. The whole table is in the docs (`docs/compatibility.md`).",
+            "cells passed. The whole table is in the docs: "
+            "<https://precision-plugins.github.io/precision-plugins/compatibility/>.",
             "",
             *package_table(group),
             README_END,

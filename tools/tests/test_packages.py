@@ -113,3 +113,20 @@ def test_the_package_list_is_the_only_one_in_the_tooling() -> None:
         text = path.read_text()
         assert "precision-deepspeed" not in text, path
         assert "precision_deepspeed" not in text, path
+
+
+DOCS_URL = "https://precision-plugins.github.io/precision-plugins/"
+
+
+def test_package_readmes_link_absolutely_and_metadata_names_the_published_docs() -> None:
+    """PyPI renders a package's README without the repository around it, so every link there is absolute; the docs
+    URL in the metadata is where the docs workflow publishes (GitHub Pages)."""
+    import re
+
+    for pkg in packages().values():
+        readme = (pkg.path / "README.md").read_text()
+        relative = [t for t in re.findall(r"\]\(([^)\s]+)\)", readme) if not t.startswith(("https://", "#"))]
+        assert relative == [], f"{pkg.dist}/README.md has relative links: {relative}"
+        urls = tomllib.loads(pkg.pyproject.read_text())["project"]["urls"]
+        assert urls["Documentation"] == DOCS_URL, pkg.dist
+    assert DOCS_URL in (ROOT / ".github" / "workflows" / "docs.yml").read_text()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import os
 import re
 import sys
@@ -354,6 +355,120 @@ def gen_dtypes(_: str | None) -> str:
     return "\n".join(out)
 
 
+# ---- the compatibility grid -------------------------------------------------------------------------
+AXIS_TITLES = {"torch": "torch", "lightning": "Lightning", "deepspeed": "DeepSpeed", "python": "Python"}
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def _result(cell: dict[str, Any], notes: list[str]) -> str:
+    tests = cell.get("tests") or {}
+    if cell["status"] == "passed":
+        skipped = f", {tests['skipped']} skipped" if tests.get("skipped") else ""
+        return f"✅ {tests.get('tests', 0) - tests.get('skipped', 0)} passed{skipped}"
+    notes.append(f"`{cell['session']}`: {_md_escape(cell.get('reason') or cell['status'])}")
+    return f"❌ {cell['status']} [^{len(notes)}]"
+
+
+def gen_compatibility(_: str | None) -> str:
+    """``docs/compatibility.json`` (written by the version matrix) as one grid per package: a row per version of
+    the package's other dependencies, a column per Lightning minor; each cell says whether its tests passed.
+    Exact versions, the lowest-versions cell and what was left out follow as footnotes."""
+    data = json.loads((ROOT / "docs" / "compatibility.json").read_text(encoding="utf-8"))
+    meta, cells = data["meta"], data["cells"]
+    out = []
+    passed = sum(c["status"] == "passed" for c in cells)
+    out.append(
+        f"**{passed} of {len(cells)} cells passed** on {meta.get('date', '?')} "
+        f"({_md_escape(str(meta.get('machine', '')))}). Each cell installs the versions named in its row and column "
+        "into a fresh virtual environment and runs the package's whole test suite, real 2-process training "
+        "included.\n"
+    )
+    notes: list[str] = []
+    for package in dict.fromkeys(c["package"] for c in cells):
+        mine = [c for c in cells if c["package"] == package]
+        grid = [c for c in mine if "variant" not in c["requested"]]
+        out.append(f"## {package}\n")
+        if grid:
+            axes = sorted({a for c in grid for a in c["requested"]}, key=lambda a: (a == "lightning", a))
+            columns = sorted({c["requested"].get("lightning", "") for c in grid}, key=_version_key)
+            row_axes = [a for a in axes if a != "lightning"]
+            rows = sorted(
+                {tuple(c["requested"].get(a, "") for a in row_axes) for c in grid},
+                key=lambda r: [_version_key(v) for v in r],
+            )
+            head = [AXIS_TITLES.get(a, a) for a in row_axes] + [f"Lightning {v}" if v else "result" for v in columns]
+            lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for row in rows:
+                found = {
+                    c["requested"].get("lightning", ""): c
+                    for c in grid
+                    if tuple(c["requested"].get(a, "") for a in row_axes) == row
+                }
+                results = [_result(found[v], notes) if v in found else "not run" for v in columns]
+                lines.append("| " + " | ".join([*row, *results]) + " |")
+            out.append('<div class="compat-grid" markdown>\n\n' + "\n".join(lines) + "\n\n</div>\n")
+        for cell in mine:
+            if cell["requested"].get("variant") == "lowest":
+                versions = (cell.get("installed") or {}).get("versions", {})
+                floors = ", ".join(f"{AXIS_TITLES[k]} {versions[k]}" for k in AXIS_TITLES if versions.get(k))
+                out.append(f"Lowest versions the metadata allows ({floors}): {_result(cell, notes)}.\n")
+        exact = sorted(
+            {
+                f"{AXIS_TITLES.get(k, k)} {v}"
+                for c in mine
+                for k, v in ((c.get("installed") or {}).get("versions") or {}).items()
+                if v and k in ("torch", "lightning", "deepspeed")
+            },
+            key=lambda t: (t.split()[0], _version_key(t)),
+        )
+        out.append(f"Installed exactly: {', '.join(exact)}.\n")
+    pythons = sorted({(c.get("installed") or {}).get("python", "?") for c in cells}, key=_version_key)
+    out.append("## How these were run\n")
+    out.append(f"- Python {', '.join(pythons)}, CPU only: GPU-only tests skip, and count as skipped above.")
+    out += [f"- {line}" for line in meta.get("excluded", [])]
+    out.append(f"\nReproduce:\n\n```console\n$ {meta.get('command', 'nox -t matrix')}\n```\n")
+    for i, note in enumerate(notes, 1):
+        out.append(f"[^{i}]: {note}")
+    return "\n".join(out)
+
+
+# ---- the benchmarks summary leads with its charts ----------------------------------------------------
+BENCHMARKS = {
+    "overhead-fsdp": "Step time, FSDP2: ours against Lightning's built-in and a hand-written loop",
+    "overhead-deepspeed": "Step time, DeepSpeed: ours against Lightning's built-in and a hand-written loop",
+    "memory": "Memory per rank",
+    "numerics": "Loss against 32-true",
+    "discovery": "Discovery cost",
+}
+
+
+def gen_bench_glance(_: str | None) -> str:
+    """Each committed benchmark's chart, with what its run found (the result file's ``findings``, written by the
+    benchmark from its numbers), ahead of the tables."""
+    folder = ROOT / "docs" / "benchmarks"
+    out = ["## At a glance\n"]
+    for name, title in BENCHMARKS.items():
+        result = folder / f"{name}.json"
+        if not result.is_file():
+            continue
+        findings = json.loads(result.read_text(encoding="utf-8")).get("findings") or []
+        out.append(f"### [{title}]({name}.md)\n")
+        if (folder / f"{name}.png").is_file():
+            out.append(f"![{title}]({name}.png)\n")
+        if name.startswith("overhead") and not findings:
+            findings = ["every precision: ours is the same as the built-in within the 95% interval"]
+        elif name.startswith("overhead"):
+            findings = [f"beyond the 95% interval, in every round: {f}" for f in findings]
+        out += [f"- {_md_escape(f)}" for f in findings[:4]]
+        if len(findings) > 4:
+            out.append(f"- ... {len(findings) - 4} more on [its page]({name}.md)")
+        out.append("")
+    return "\n".join(out)
+
+
 # ---- changelogs and API reference -------------------------------------------------------------------
 def gen_changelog(dist: str | None) -> str:
     path = ROOT / "packages" / str(dist) / "CHANGELOG.md"
@@ -424,7 +539,7 @@ def _public_modules(package: Any) -> Iterator[Any]:
 
 
 # ---- Sphinx roles in docstrings -> cross-references ----------------------------------------------------
-SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const):`(~?)([\w.]+?)(\(\))?`")
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const):`(~?)([\w.\s]+?)(\(\))?`")
 
 
 def _resolve_in_scope(obj: Any, dotted: str) -> str | None:
@@ -446,7 +561,7 @@ def _resolve_in_scope(obj: Any, dotted: str) -> str | None:
 
 def sphinx_role_to_markdown(obj: Any, match: re.Match[str]) -> str:
     """One ``:role:`target``` as Markdown: a link to the documented object, else the name as code."""
-    short, target, call = match.group(1), match.group(2), match.group(3) or ""
+    short, target, call = match.group(1), re.sub(r"\s+", "", match.group(2)), match.group(3) or ""
     title = (target.rsplit(".", 1)[-1] if short else target) + call
     path = _resolve_in_scope(obj, target)
     if path is None or not _public(path):
@@ -494,6 +609,8 @@ GENERATORS: dict[str, Callable[[str | None], str]] = {
     "cli-errors": gen_cli_errors,
     "plugins": gen_plugins,
     "dtypes": gen_dtypes,
+    "compatibility": gen_compatibility,
+    "bench-glance": gen_bench_glance,
     "changelog": gen_changelog,
     "reference": gen_reference,
     "file": gen_file,
@@ -609,6 +726,18 @@ def shape_tables(markdown: str) -> str:
     return "\n".join(out)
 
 
-def on_page_markdown(markdown: str, **_: Any) -> str:
+# Pages whose body the site renders from data instead of the Markdown file: ``compatibility.md`` is written by
+# the version matrix for readers of the repository (a flat table); the site shows the same data as grids.
+RENDERED_FROM_DATA = {"compatibility.md": "# Compatibility\n\n<!-- gen:compatibility -->\n"}
+
+
+def on_page_markdown(markdown: str, page: Any = None, **_: Any) -> str:
     """The mkdocs event: replace every marker of the page, then shape its tables to fit the text column."""
+    src = getattr(getattr(page, "file", None), "src_uri", None)
+    if src in RENDERED_FROM_DATA and "<!-- gen:" not in markdown:
+        markdown = RENDERED_FROM_DATA[src]
+    if src == "benchmarks/index.md" and "<!-- gen:bench-glance -->" not in markdown:
+        # the summary is written by the benchmarks; the site puts the charts and findings first
+        title, _, body = markdown.partition("\n")
+        markdown = f"{title}\n\n<!-- gen:bench-glance -->\n{body}"
     return shape_tables(render(markdown))

@@ -5,7 +5,8 @@ Every page of the site is loaded from a local server on 127.0.0.1 and checked fo
 * no console error or uncaught exception, except fonts that cannot load offline;
 * no code block (``pre``) and no table wider than its container (text cut off at the right edge);
 * no raw Sphinx role (``:class:``, ``:func:``, ...) shown as text;
-* every image loads.
+* every image loads;
+* the copy button of a code block copies no ``$`` prompt.
 
 The site is built once per run with ``mkdocs build --strict`` into a temporary folder, or taken from
 ``DOCS_SITE_DIR`` when that names an already built site (the nox ``docs`` session builds it once). The browser is
@@ -64,6 +65,16 @@ MEASURE_JS = """
   const images = [...document.querySelectorAll('.md-content img')].map((img) => ({
     src: img.getAttribute('src'), loaded: img.complete && img.naturalWidth > 0,
   }));
+  // what the copy button copies: the theme reads innerText while data-md-copying is set on the code element
+  const prompts = [];
+  for (const code of document.querySelectorAll('.md-content .highlight code')) {
+    code.setAttribute('data-md-copying', '');
+    const copied = code.innerText;
+    code.removeAttribute('data-md-copying');
+    for (const line of copied.split('\\n')) {
+      if (/^\\s*[$>] /.test(line) || line.startsWith('>>> ')) prompts.push(line.slice(0, 80));
+    }
+  }
   const article = document.querySelector('.md-content article') || document.body;
   return {
     height: document.documentElement.scrollHeight,
@@ -71,6 +82,7 @@ MEASURE_JS = """
     tables: document.querySelectorAll('.md-content table').length,
     overflowing: blocks,
     images: images,
+    copied_prompts: prompts,
     text: article.innerText,
   };
 }
@@ -216,6 +228,11 @@ def test_no_raw_sphinx_roles(measured: dict[str, dict[str, Any]]) -> None:
     assert not found, f"raw Sphinx roles shown as text:\n{_report(found)}"
 
 
+def test_copy_buttons_skip_prompts(measured: dict[str, dict[str, Any]]) -> None:
+    found = {page: m["copied_prompts"] for page, m in measured.items() if m["copied_prompts"]}
+    assert not found, f"the copy button would copy these prompts (pasted, the command fails):\n{_report(found)}"
+
+
 def test_every_image_loads(measured: dict[str, dict[str, Any]]) -> None:
     found = {page: [i["src"] for i in m["images"] if not i["loaded"]] for page, m in measured.items()}
     found = {page: srcs for page, srcs in found.items() if srcs}
@@ -232,6 +249,7 @@ def _summary(measured: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "raw_roles": m["raw_role_count"],
             "console_errors": len(m["console_errors"]),
             "images_not_loaded": sum(not i["loaded"] for i in m["images"]),
+            "copied_prompts": len(m["copied_prompts"]),
         }
         for page, m in measured.items()
     }

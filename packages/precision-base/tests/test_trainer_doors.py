@@ -88,7 +88,7 @@ def test_pytorch_lightning_trainer_reads_the_environment(
 
 
 def test_a_bad_name_in_plugins_is_pytorch_lightnings_misconfiguration(dummy_registered: type) -> None:
-    with pytest.raises(PL.utilities.exceptions.MisconfigurationException, match="^Found invalid type for plugin x"):
+    with pytest.raises(PL.utilities.exceptions.MisconfigurationException, match=r"^Found invalid type for plugin x"):
         PLTrainer(plugins="x", accelerator="cpu", **QUIET)
 
 

@@ -3,10 +3,12 @@
     python tests-integration/gpu_fsdp_check.py            # uses min(2, visible GPUs) devices
 
 For each precision the GPU supports, trains a tiny model through ``precision_base.Trainer(precision_plugin=...)``
-under FSDP1 and under FSDP2 and checks: the forward compute dtype, the sharded parameter dtype, the scaler kind
-(ShardedGradScaler under FSDP1, torch.amp.GradScaler under FSDP2), that clipping by norm works, that loss falls, and
-that a checkpoint written with our plugin resumes with Lightning's built-in FSDPPrecision and the other way round
-(FSDP1, 16-mixed: the scaler state travels). Prints one JSON line per check and exits non-zero on any failure.
+under FSDP1, under FSDP2 (the user's configure_model shards) and with ``strategy="auto"`` (the plugin's
+FSDP2Strategy shards by its default policy), and checks: the strategy, the forward compute dtype, the sharded
+parameter dtype, the scaler kind (ShardedGradScaler under FSDP1, torch.amp.GradScaler under FSDP2), that clipping
+by norm works, that loss falls, and that a checkpoint written with our plugin resumes with Lightning's built-in
+FSDPPrecision and the other way round (FSDP1, 16-mixed: the scaler state travels). Prints one JSON line per check
+and exits non-zero on any failure.
 Lightning's launcher re-runs this script once per extra device, so it must stay a script.
 """
 
@@ -70,10 +72,17 @@ class Sharded(Callback):
         pl_module.sharded_dtypes = sorted({str(p.dtype) for p in pl_module.parameters()})
 
 
-def train(plugin: Any, fsdp2: bool, devices: int, root: Path, steps: int, ckpt: str | None = None) -> Any:
+def train(
+    plugin: Any, fsdp2: bool, devices: int, root: Path, steps: int, ckpt: str | None = None, auto: bool = False
+) -> Any:
+    """``auto``: ``strategy="auto"`` and a configure_model that does not shard (the plugin's FSDP2Strategy shards)."""
     seed_everything(0)
-    model = Model(fsdp2)
-    strategy = ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1) if fsdp2 else FSDPStrategy()
+    model = Model(fsdp2 and not auto)
+    strategy: Any = (
+        ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1) if fsdp2 else FSDPStrategy()
+    )
+    if auto:
+        strategy = "auto"
     kwargs = dict(
         strategy=strategy,
         accelerator="cuda",
@@ -101,12 +110,14 @@ def main() -> int:
         precisions += ["bf16-mixed", "bf16-true"]
     failures = 0
     root = Path(tempfile.mkdtemp(prefix="gpu_fsdp_check_"))
-    for fsdp2 in (False, True):
+    for fsdp2, auto in ((False, False), (True, False), (True, True)):
         for precision in precisions:
             plugin = FSDPPrecision(precision)
-            trainer, model = train(plugin, fsdp2, devices, root / f"{fsdp2}-{precision}", steps=12)
+            trainer, model = train(plugin, fsdp2, devices, root / f"{fsdp2}-{auto}-{precision}", steps=12, auto=auto)
             table = plugin.dtypes()
             checks = {
+                "strategy": type(trainer.strategy).__name__
+                == ("FSDP2Strategy" if auto else "ModelParallelStrategy" if fsdp2 else "FSDPStrategy"),
                 "fsdp_version": plugin.fsdp_version == (2 if fsdp2 else 1),
                 "compute": model.compute == {f"torch.{table.compute}"},
                 "sharded_params": model.sharded_dtypes == [f"torch.{table.parameters}"],
@@ -116,7 +127,9 @@ def main() -> int:
             }
             failures += not all(checks.values())
             if trainer.global_rank == 0:
-                print(json.dumps({"fsdp": 2 if fsdp2 else 1, "precision": precision, **checks}), flush=True)
+                print(
+                    json.dumps({"fsdp": 2 if fsdp2 else 1, "auto": auto, "precision": precision, **checks}), flush=True
+                )
     # checkpoint portability, FSDP1 16-mixed: ours -> built-in -> ours, the scaler's scale travels both ways
     ours = FSDPPrecision("16-mixed", init_scale=1024.0)
     trainer, _ = train(ours, False, devices, root / "port-a", steps=4)

@@ -738,6 +738,6 @@ def on_page_markdown(markdown: str, page: Any = None, **_: Any) -> str:
         markdown = RENDERED_FROM_DATA[src]
     if src == "benchmarks/index.md" and "<!-- gen:bench-glance -->" not in markdown:
         # the summary is written by the benchmarks; the site puts the charts and findings first
-        title, _, body = markdown.partition("\n")
+        title, _sep, body = markdown.partition("\n")
         markdown = f"{title}\n\n<!-- gen:bench-glance -->\n{body}"
     return shape_tables(render(markdown))

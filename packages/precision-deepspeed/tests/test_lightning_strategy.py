@@ -193,3 +193,46 @@ def test_cpu_strategy_writes_the_section_before_lightning(namespace: str) -> Non
     assert list(config).index("torch_autocast") < list(config).index("gradient_accumulation_steps")
     assert config["bf16"] == {"enabled": False}
     assert config["gradient_clipping"] == 0.25
+
+
+# -- Lightning's real ThroughputMonitor reads the plugin's compute dtype -----------------------------------------
+THROUGHPUT_CASES: list[tuple[str, dict[str, Any]]] = [
+    *[(precision, {}) for precision in ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")],
+    *([("16-mixed", {"torch_autocast": True}), ("bf16-mixed", {"torch_autocast": True})]
+      if deepspeed_has_torch_autocast() else []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("namespace", NAMESPACES)
+@pytest.mark.parametrize("case", THROUGHPUT_CASES, ids=_ids)
+def test_throughput_monitor_sees_the_compute_dtype(
+    namespace: str, case: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning's ``ThroughputMonitor.setup`` looks up the peak FLOPs for the plugin's compute dtype.
+
+    The lookup (``get_available_flops``) is wrapped to record the dtype it is asked for and still runs; on a CPU it
+    answers ``None`` for every dtype, so the dtype is only visible as its argument.
+    """
+    from precision_base.plugin_support import precision_dtype
+
+    precision, options = case
+    pl = _lightning(namespace)
+    monitor_module = importlib.import_module(f"{namespace}.callbacks.throughput_monitor")
+    real = monitor_module.get_available_flops
+    asked: list[torch.dtype] = []
+
+    def recording(device: torch.device, dtype: torch.dtype) -> Any:
+        asked.append(dtype)
+        return real(device, dtype)
+
+    monkeypatch.setattr(monitor_module, "get_available_flops", recording)
+    plugin = _plugin(namespace, precision, **options)
+    trainer = pl.Trainer(
+        strategy=pl.strategies.DeepSpeedStrategy(), plugins=[plugin], accelerator="cpu", devices=1, logger=False
+    )
+    trainer.state.fn = pl.trainer.states.TrainerFn.FITTING  # as Trainer.fit sets them before setup hooks run
+    trainer.state.stage = pl.trainer.states.RunningStage.TRAINING
+    monitor = pl.callbacks.ThroughputMonitor(batch_size_fn=len)
+    monitor.setup(trainer, _module(namespace), stage="fit")
+    assert asked == [precision_dtype(precision)]
+    assert plugin.dtypes().compute == str(asked[0]).removeprefix("torch.")

@@ -1,4 +1,8 @@
-"""The entry-point object of precision-deepspeed: plain data, imports no torch or DeepSpeed."""
+"""The entry-point object of precision-deepspeed: plain data, imports no torch or DeepSpeed.
+
+The requirements (torch, Lightning, DeepSpeed) are not repeated here: the registry reads them from this
+distribution's own metadata (``Requires-Dist``, from pyproject.toml) before it imports the plugin class.
+"""
 
 from precision_base import PluginInfo
 
@@ -7,6 +11,5 @@ INFO = PluginInfo(
     precisions=("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"),
     plugin_class="precision_deepspeed.plugin:DeepSpeedPrecision",
     strategy="lightning.pytorch.strategies.DeepSpeedStrategy (GPUs) or precision_deepspeed.DeepSpeedCPUStrategy (CPU)",
-    requires=("torch>=2.13", "lightning>=2.5", "deepspeed>=0.16"),
     summary="DeepSpeed engine precision with a plugin-owned config section; runs on CPU too",
 )

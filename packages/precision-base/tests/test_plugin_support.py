@@ -148,3 +148,7 @@ def test_lightning_root_is_the_namespace_module() -> None:
     assert SupportPrecision("32").lightning is L
     with pytest.raises(AttributeError, match="_Impl has no Lightning base class"):
         _ = _Impl.lightning
+
+
+def test_repr_names_the_class_and_precision() -> None:
+    assert repr(SupportPrecision("bf16")) == "SupportPrecision('bf16-mixed')"

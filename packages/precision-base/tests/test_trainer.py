@@ -58,7 +58,9 @@ def test_precision_together_with_precision_plugin_is_refused(dummy_registered: t
     with pytest.raises(TrainerConfigurationError) as info:
         Trainer(precision_plugin="dummy:bf16-mixed", precision="16-mixed", accelerator="cpu", **QUIET)
     message = str(info.value)
-    assert message.startswith("Received both `precision=16-mixed` and `plugins=<")  # Lightning's own words
+    assert message.startswith(  # Lightning's own words first
+        "Received both `precision=16-mixed` and `plugins=DummyPrecision('bf16-mixed')`. Choose one. "
+    )
     assert "Choose one. (The precision plugin 'dummy:bf16-mixed' already sets the precision" in message
     assert 'e.g. precision_plugin="dummy:16-mixed"' in message
 

@@ -177,6 +177,10 @@ class PrecisionPlugin:
     ``pytorch_lightning``. Method bodies reach namespace-specific classes through it
     (``self.lightning.strategies.FSDPStrategy``) instead of importing ``lightning.pytorch`` directly."""
 
+    def __repr__(self) -> str:
+        """``FSDPPrecision('bf16-mixed')``: what Lightning's messages show where they print the plugin."""
+        return f"{type(self).__qualname__}({getattr(self, 'precision', '?')!r})"
+
     @property
     def spec(self) -> str:
         """The plugin's name, ``"<backend>:<precision>"`` (e.g. ``"fsdp:bf16-mixed"``)."""

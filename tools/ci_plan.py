@@ -16,7 +16,7 @@ import argparse
 import json
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tools.packages import ROOT, packages
@@ -44,10 +44,11 @@ def touched_packages(changed: Iterable[str] | None, root: Path = ROOT) -> set[st
 
 
 def select(
-    sessions: list[dict[str, object]], changed: Iterable[str] | None, full: bool, root: Path = ROOT
+    sessions: Sequence[Mapping[str, object]], changed: Iterable[str] | None, full: bool, root: Path = ROOT
 ) -> list[str]:
-    def tags(s: dict[str, object]) -> set[str]:
-        return set(s.get("tags", []))  # type: ignore[arg-type]
+    def tags(s: Mapping[str, object]) -> set[str]:
+        value = s.get("tags", [])
+        return {str(tag) for tag in value} if isinstance(value, list) else set()
 
     package_tags = {p.tag for p in packages(root).values()}
     if full:

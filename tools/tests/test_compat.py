@@ -66,7 +66,7 @@ def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
 def test_package_readme_gets_its_own_rows_between_markers(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("# precision-fsdp\n\nIntro.\n")
-    update_readme(readme, _cells(), {"date": "2025-01-01", "machine": "2 cores"})  # type: ignore[arg-type]
+    update_readme(readme, _cells(), {"date": "2025-01-01", "machine": "2 cores"})
     first = readme.read_text()
     assert first.startswith("# precision-fsdp\n\nIntro.\n\n## Compatibility\n\n" + README_START)
     assert "1 of 2 cells passed" in first
@@ -74,7 +74,7 @@ def test_package_readme_gets_its_own_rows_between_markers(tmp_path: Path) -> Non
     assert first.rstrip().endswith(README_END)
     # a second run replaces the block instead of appending another one
     readme.write_text(first + "\nAfter.\n")
-    update_readme(readme, _cells()[:1], {"date": "2025-02-02", "machine": "2 cores"})  # type: ignore[arg-type]
+    update_readme(readme, _cells()[:1], {"date": "2025-02-02", "machine": "2 cores"})
     second = readme.read_text()
     assert second.count(README_START) == 1
     assert "1 of 1 cells passed" in second

@@ -106,7 +106,8 @@ def _run(folder: Path, name: str, outcome: str) -> dict[str, object]:
             raise nox.command.CommandFailed("pip could not resolve torch==9")
         if outcome == "skipped":
             raise _SessionSkip("no GPU here")
-    return json.loads((folder / f"{matrix.slug(name)}.json").read_text())
+    written: dict[str, object] = json.loads((folder / f"{matrix.slug(name)}.json").read_text())
+    return written
 
 
 def test_each_cell_reports_how_it_ended(tmp_path: Path) -> None:

@@ -1,0 +1,31 @@
+"""FSDP2 with mixed precision in one line: runs as written on a CPU-only machine (and on GPUs)."""
+
+import torch
+from lightning.pytorch import LightningModule
+from torch.utils.data import DataLoader, TensorDataset
+
+from precision_base import Trainer
+
+
+class Model(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU())
+        self.head = torch.nn.Linear(16, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.head(self.body(x)).float(), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    def train_dataloader(self):
+        x = torch.randn(64, 16)
+        return DataLoader(TensorDataset(x, x[:, :1]), batch_size=8)
+
+
+if __name__ == "__main__":
+    trainer = Trainer(precision_plugin="fsdp:bf16-mixed", max_steps=4)
+    trainer.fit(Model())
+    print(type(trainer.strategy).__name__, trainer.precision_plugin.spec)

@@ -94,23 +94,3 @@ def find(name: str, root: Path = ROOT) -> Package:
     known = ", ".join(p.dist for p in packages(root).values())
     raise SystemExit(f"unknown package {name!r}; expected one of {known}")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.packages``: one line per package, ``dist module path`` (for shell scripts and workflows)."""
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--json", action="store_true", help="a JSON list of distribution names")
-    args = parser.parse_args(argv)
-    pkgs = packages().values()
-    if args.json:
-        print(json.dumps([p.dist for p in pkgs]))
-    else:
-        for p in pkgs:
-            print(p.dist, p.module, p.path.relative_to(ROOT))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

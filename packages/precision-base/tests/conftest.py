@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import sys
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from precision_base.registry import DISABLE_ENV_VAR
+from precision_base.testing.sites import PluginSite
 
 
 @pytest.fixture
@@ -17,3 +23,16 @@ def dummy_registered() -> Iterator[type]:
 
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PluginSite]:
+    """A folder on sys.path with an entry-point group of its own, to write plugin distributions into."""
+    monkeypatch.delenv(DISABLE_ENV_VAR, raising=False)
+    path = tmp_path / "site"
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    tag = uuid.uuid4().hex[:8]
+    yield PluginSite(path=path, group=f"precision_base.tests.{tag}", tag=tag)
+    for name in [m for m in sys.modules if tag in m]:
+        del sys.modules[name]

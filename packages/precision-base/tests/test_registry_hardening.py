@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,76 +20,8 @@ from precision_base import (
 )
 from precision_base.errors import InvalidPluginInfoError, PrecisionPluginWarning, RegistrationError
 from precision_base.registry import DISABLE_ENV_VAR, Registry
-from precision_base.testing.sites import INFO_MODULE, add_distribution
-
-LITE_CLASS = """\
-from precision_base import DtypeTable, PrecisionPlugin
-
-
-class LitePrecision(PrecisionPlugin):
-    backend = {backend!r}
-    precisions = ("32-true",)
-
-    def __init__(self, precision, **options):
-        self.precision = precision
-
-    def dtypes(self):
-        return DtypeTable("float32", "float32", "float32", "float32", "float32", "float32")
-"""
-
-
-@dataclass
-class Site:
-    path: Path
-    group: str
-    tag: str
-
-    def plugin(
-        self,
-        backend: str,
-        dist: str = "",
-        *,
-        info_prelude: str = "",
-        init: str = "",
-        plugin_prelude: str = "",
-        version: str | None = "1.0",
-        requires: tuple[str, ...] = (),
-        entry_points: tuple[tuple[str, str], ...] = (),
-        summary: str = "",
-    ) -> str:
-        """Write a plugin distribution; return its (unique) top-level module name."""
-        module = f"plug_{backend.replace('-', '_')}_{self.tag}"
-        files = {
-            f"{module}/__init__.py": init,
-            f"{module}/_info.py": info_prelude
-            + INFO_MODULE.format(backend=backend, plugin_class=f"{module}.plugin:LitePrecision", summary=summary),
-            f"{module}/plugin.py": plugin_prelude + LITE_CLASS.format(backend=backend),
-        }
-        add_distribution(
-            self.path,
-            dist or f"precision-{backend}-{self.tag}",
-            version=version,
-            entry_points=entry_points or ((backend, f"{module}._info:INFO"),),
-            files=files,
-            requires=requires,
-            group=self.group,
-        )
-        return module
-
-    def registry(self) -> Registry:
-        return Registry(group=self.group)
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
-    monkeypatch.delenv(DISABLE_ENV_VAR, raising=False)
-    path = tmp_path / "site"
-    path.mkdir()
-    monkeypatch.syspath_prepend(str(path))
-    tag = uuid.uuid4().hex[:8]
-    yield Site(path=path, group=f"precision_base.tests.{tag}", tag=tag)
-    for name in [m for m in sys.modules if tag in m]:
-        del sys.modules[name]
+from precision_base.testing.sites import PluginSite as Site
+from precision_base.testing.sites import add_distribution
 
 
 def statuses(reg: Registry) -> dict[str, str]:

@@ -1,25 +1,60 @@
 """The ``precision-plugins`` command: ``list``, ``show <spec>`` and ``doctor``.
 
-``list`` reads entry points only and imports no torch. ``show`` and ``doctor`` import the plugins they
-inspect.
+``list`` runs each enabled plugin's info module only (no plugin class, no torch; see
+:mod:`precision_base.registry`). ``show`` and ``doctor`` import the plugins they inspect.
+
+Exit codes: 0 when every plugin is ``ok`` or ``disabled``; 1 when ``list`` or ``doctor`` finds a plugin in any
+other status (``doctor`` also for a name in ``PRECISION_PLUGINS_DISABLE`` that matches no backend, and for an info
+module or package ``__init__`` that imports torch, Lightning or DeepSpeed); 2 for bad input (``show``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
 from precision_base.__about__ import __version__
 from precision_base.errors import PrecisionPluginError
-from precision_base.registry import ENTRY_POINT_GROUP, PluginEntry, list_plugins, resolve
+from precision_base.registry import (
+    DISABLE_ENV_VAR,
+    ENTRY_POINT_GROUP,
+    IN_PROCESS,
+    PluginEntry,
+    default_registry,
+    get_entry,
+    list_plugins,
+    resolve,
+)
+
+ACCEPTED = ("ok", "disabled")
+"""Statuses that do not make ``list`` or ``doctor`` exit non-zero."""
 
 
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip() for row in rows)
+def _cell(value: object) -> str:
+    """Any value as one table cell: ``None`` and empty become ``-``, line breaks become spaces."""
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else str(value)
+    text = " ".join(text.split())
+    return text or "-"
+
+
+def render_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns; missing cells and ``None`` render as ``-``; never raises on odd values."""
+    width = len(header)
+    cells = [[_cell(c) for c in header]] + [[_cell(r[i]) if i < len(r) else "-" for i in range(width)] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(width)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def _distribution(entry: PluginEntry) -> str:
+    if entry.origin == IN_PROCESS and entry.distribution != IN_PROCESS:
+        return f"{entry.distribution} (in-process)"
+    return entry.distribution
 
 
 def _entry_dict(entry: PluginEntry) -> dict[str, Any]:
@@ -27,32 +62,44 @@ def _entry_dict(entry: PluginEntry) -> dict[str, Any]:
         "backend": entry.backend,
         "distribution": entry.distribution,
         "version": entry.version,
+        "origin": entry.origin,
         "precisions": list(entry.precisions),
         "status": entry.status,
         "reason": entry.reason,
+        "summary": entry.summary,
     }
+
+
+def _unknown_disabled_note() -> Optional[str]:
+    unknown = default_registry().unknown_disabled()
+    if not unknown:
+        return None
+    return f"{DISABLE_ENV_VAR} names no registered backend: {', '.join(unknown)} (a typo?)"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     entries = list_plugins()
+    note = _unknown_disabled_note()
+    failed = any(e.status not in ACCEPTED for e in entries)
     if args.json:
         print(json.dumps([_entry_dict(e) for e in entries], indent=2))
-        return 0
+        if note:
+            print(f"precision-plugins: warning: {note}", file=sys.stderr)
+        return 1 if failed else 0
     if not entries:
         print(
             f"no precision plugins installed (entry-point group {ENTRY_POINT_GROUP!r}); try: pip install precision-fsdp"
         )
-        return 0
-    rows = [["BACKEND", "DISTRIBUTION", "VERSION", "PRECISIONS", "STATUS"]]
-    reasons = []
-    for e in entries:
-        rows.append([e.backend, e.distribution, e.version, ",".join(e.precisions) or "-", e.status])
-        if e.reason:
-            reasons.append(f"  {e.backend}: {e.reason}")
-    print(_table(rows))
-    if reasons:
-        print("\n".join(["", "problems:", *reasons]))
-    return 0
+    else:
+        header = ["BACKEND", "DISTRIBUTION", "VERSION", "PRECISIONS", "STATUS", "SUMMARY"]
+        rows = [[e.backend, _distribution(e), e.version, ",".join(e.precisions), e.status, e.summary] for e in entries]
+        print(render_table(header, rows))
+        problems = [f"  {e.backend}: {e.reason}" for e in entries if e.reason]
+        if problems:
+            print("\n".join(["", "problems:", *problems]))
+    if note:
+        print(f"\nnote: {note}")
+    return 1 if failed else 0
 
 
 def _describe_lines(value: Any, indent: str = "  ") -> list[str]:
@@ -63,61 +110,100 @@ def _describe_lines(value: Any, indent: str = "  ") -> list[str]:
 def cmd_show(args: argparse.Namespace) -> int:
     plugin = resolve(args.spec)
     cls = type(plugin)
-    info_lines = [
-        f"plugin:    {cls.__module__}.{cls.__qualname__}",
-        f"spec:      {plugin.backend}:{plugin.precision}",
-        f"strategy:  {_strategy_name(plugin)}",
-        "",
-        "dtypes:",
-    ]
+    entry = get_entry(plugin.backend)
+    info = entry.info
     table = plugin.dtypes()
-    rows = [["  ROLE", "DTYPE"], *[[f"  {role}", dtype] for role, dtype in table.rows()]]
-    print("\n".join(info_lines))
-    print(_table(rows))
+    facts = {
+        "plugin": f"{cls.__module__}.{cls.__qualname__}",
+        "spec": f"{plugin.backend}:{plugin.precision}",
+        "distribution": f"{_distribution(entry)} {entry.version}",
+        "strategy": info.strategy if info is not None and info.strategy else None,
+        "summary": entry.summary or None,
+    }
+    described = dict(plugin.describe())
+    if args.json:
+        data = {**facts, "dtypes": dict(table.rows()), "notes": list(table.notes), "describe": described}
+        print(json.dumps(data, indent=2, sort_keys=False, default=str))
+        return 0
+    print("\n".join(f"{key + ':':<14}{_cell(value)}" for key, value in facts.items()))
+    print("\ndtypes:")
+    print("\n".join("  " + line for line in render_table(["ROLE", "DTYPE"], table.rows()).splitlines()))
     for note in table.notes:
         print(f"  note: {note}")
-    for key, value in plugin.describe().items():
+    for key, value in described.items():
         print(f"\n{key}:")
         print("\n".join(_describe_lines(value)))
     return 0
 
 
-def _strategy_name(plugin: Any) -> str:
-    from precision_base.registry import get_entry
+def _doctor_entry(entry: PluginEntry, check_imports: bool) -> dict[str, Any]:
+    report: dict[str, Any] = {**_entry_dict(entry), "problems": []}
+    if entry.status != "ok":
+        if entry.status != "disabled":
+            report["problems"].append(f"{entry.status}: {entry.reason}")
+        return report
+    for precision in entry.precisions:
+        try:
+            resolve(f"{entry.backend}:{precision}")
+        except Exception as exc:  # doctor reports every failure instead of stopping at the first
+            report["problems"].append(f"{entry.backend}:{precision}: {type(exc).__name__}: {exc}")
+    if check_imports and entry.entry_point:
+        from precision_base.import_check import heavy_imports
 
-    info = get_entry(plugin.backend).info
-    return info.strategy if info is not None and info.strategy else "-"
+        module, _, attr = entry.entry_point.partition(":")
+        report["problems"] += heavy_imports(module, attr.strip()).problems(f"{entry.backend} ({entry.entry_point})")
+    if report["problems"]:
+        report["status"] = "broken"
+    return report
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    failures = 0
-    for entry in list_plugins():
-        if entry.status != "ok":
-            print(f"[{entry.status}] {entry.backend}: {entry.reason}")
-            failures += entry.status != "disabled"
-            continue
-        try:
-            for precision in entry.precisions:
-                resolve(f"{entry.backend}:{precision}")
-        except Exception as exc:  # doctor reports every failure instead of stopping at the first
-            print(f"[broken] {entry.backend}: {type(exc).__name__}: {exc}")
-            failures += 1
+    reports = [_doctor_entry(e, not args.skip_import_check) for e in list_plugins()]
+    note = _unknown_disabled_note()
+    failed = bool(note) or any(r["problems"] for r in reports)
+    if args.json:
+        print(json.dumps({"plugins": reports, "problems": [note] if note else []}, indent=2))
+        return 1 if failed else 0
+    for r in reports:
+        if r["status"] == "disabled":
+            print(f"[disabled] {r['backend']}: {r['reason']}")
+        elif r["problems"]:
+            print(f"[{r['status']}] {r['backend']}:")
+            print("\n".join(f"  - {p}" for p in r["problems"]))
         else:
-            print(f"[ok] {entry.backend} ({entry.distribution} {entry.version}): {', '.join(entry.precisions)}")
-    return 1 if failures else 0
+            print(f"[ok] {r['backend']} ({r['distribution']} {r['version']}): {', '.join(r['precisions'])}")
+    if note:
+        print(f"[problem] {note}")
+    return 1 if failed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="precision-plugins", description="Inspect installed precision plugins.")
+    parser = argparse.ArgumentParser(
+        prog="precision-plugins",
+        description="Inspect installed precision plugins.",
+        epilog="Exit codes: 0 every plugin ok or disabled; 1 a plugin in another status (or, for doctor, any "
+        "problem found); 2 bad input.",
+    )
     parser.add_argument("--version", action="version", version=f"precision-base {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_list = sub.add_parser("list", help="list installed backends (imports no torch)")
+    p_list = sub.add_parser(
+        "list", help="list installed backends (runs only their info modules; exits 1 if any is not ok or disabled)"
+    )
     p_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p_list.set_defaults(func=cmd_list)
     p_show = sub.add_parser("show", help="resolve a plugin name and print its dtypes and strategy")
     p_show.add_argument("spec", help='a plugin name such as "fsdp:bf16-mixed"')
+    p_show.add_argument("--json", action="store_true", help="print JSON")
     p_show.set_defaults(func=cmd_show)
-    p_doc = sub.add_parser("doctor", help="import every installed plugin at every precision and report problems")
+    p_doc = sub.add_parser(
+        "doctor",
+        help="import every plugin at every precision, check that its info module and package import nothing "
+        "heavy, and report problems (exit 1 if any)",
+    )
+    p_doc.add_argument("--json", action="store_true", help="print JSON")
+    p_doc.add_argument(
+        "--skip-import-check", action="store_true", help="skip the fresh-interpreter check of heavy imports"
+    )
     p_doc.set_defaults(func=cmd_doctor)
     return parser
 
@@ -129,6 +215,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except PrecisionPluginError as exc:
         print(f"precision-plugins: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `precision-plugins show ... | head`: the reader left, nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

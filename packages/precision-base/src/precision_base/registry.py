@@ -87,6 +87,8 @@ class PluginEntry:
     info: Optional[PluginInfo] = None
     error: Optional[BaseException] = None
     origin: str = INSTALLED
+    entry_point: str = ""
+    """``"module:attr"`` of the entry point (empty for in-process registrations)."""
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -346,7 +348,11 @@ class Registry:
         candidates = self._candidates(backend)
         first = candidates[0]
         base: dict[str, Any] = dict(
-            backend=backend, distribution=first.distribution, version=first.version, origin=first.origin
+            backend=backend,
+            distribution=first.distribution,
+            version=first.version,
+            origin=first.origin,
+            entry_point=first.entry_point.value if first.entry_point is not None else "",
         )
         if backend in disabled_backends():  # before anything of the plugin runs
             if len(candidates) > 1:

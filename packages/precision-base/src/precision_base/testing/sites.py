@@ -11,10 +11,14 @@ from __future__ import annotations
 import importlib
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-__all__ = ["INFO_MODULE", "add_distribution"]
+if TYPE_CHECKING:
+    from precision_base.registry import Registry
+
+__all__ = ["INFO_MODULE", "LITE_CLASS", "PluginSite", "add_distribution"]
 
 INFO_MODULE = """\
 from precision_base import PluginInfo
@@ -64,3 +68,74 @@ def add_distribution(
         path.write_text(textwrap.dedent(text))
     importlib.invalidate_caches()
     return info_dir
+
+
+LITE_CLASS = """\
+from precision_base import DtypeTable, PrecisionPlugin
+
+
+class LitePrecision(PrecisionPlugin):
+    backend = {backend!r}
+    precisions = ("32-true",)
+
+    def __init__(self, precision, **options):
+        self.precision = precision
+
+    def dtypes(self):
+        return DtypeTable("float32", "float32", "float32", "float32", "float32", "float32")
+"""
+"""Source of a pure-Python plugin class (resolvable without torch); ``{backend}`` is filled in."""
+
+
+@dataclass
+class PluginSite:
+    """A folder on ``sys.path`` plus an entry-point group of its own, to write plugin distributions into.
+
+    Module and distribution names carry ``tag``, so sites of different tests never share a module.
+    """
+
+    path: Path
+    group: str
+    tag: str
+
+    def plugin(
+        self,
+        backend: str,
+        dist: str = "",
+        *,
+        info_prelude: str = "",
+        init: str = "",
+        plugin_prelude: str = "",
+        version: Optional[str] = "1.0",
+        requires: Sequence[str] = (),
+        entry_points: Sequence[tuple[str, str]] = (),
+        summary: str = "",
+    ) -> str:
+        """Write a plugin distribution registering ``backend``; return its top-level module name.
+
+        ``info_prelude``/``plugin_prelude`` are prepended to the info module / the plugin class module;
+        ``init`` is the package's ``__init__.py``.
+        """
+        module = f"plug_{backend.replace('-', '_')}_{self.tag}"
+        files = {
+            f"{module}/__init__.py": init,
+            f"{module}/_info.py": info_prelude
+            + INFO_MODULE.format(backend=backend, plugin_class=f"{module}.plugin:LitePrecision", summary=summary),
+            f"{module}/plugin.py": plugin_prelude + LITE_CLASS.format(backend=backend),
+        }
+        add_distribution(
+            self.path,
+            dist or f"precision-{backend}-{self.tag}",
+            version=version,
+            entry_points=entry_points or ((backend, f"{module}._info:INFO"),),
+            files=files,
+            requires=requires,
+            group=self.group,
+        )
+        return module
+
+    def registry(self) -> Registry:
+        """A registry over this site's entry-point group."""
+        from precision_base.registry import Registry
+
+        return Registry(group=self.group)

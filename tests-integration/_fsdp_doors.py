@@ -8,7 +8,8 @@ Scenarios:
     bare2: ``precision_base.Trainer(precision_plugin="fsdp:<p>", devices=2)`` with a LightningModule that has no
         ``configure_model`` (bf16-mixed, 32-true); plain ``lightning.Trainer`` with Lightning's
         ``ModelParallelStrategy`` and ``FSDPPrecision`` options in ``plugins=``; ``pytorch_lightning.Trainer`` with
-        its own ``ModelParallelStrategy``; a 16-mixed overflow storm (last: it ends in an error).
+        its own ``ModelParallelStrategy``; a 16-mixed overflow storm and a bf16-mixed one under
+        ``check_finite_grads`` (last: they end in errors).
     bare1: the front-page line in one process (no ``devices``), every precision.
     resume: checkpoints resumed under another precision: 16-mixed -> bf16-mixed -> 16-mixed -> 32-true, then
         32-true -> bf16-true (refused; last).
@@ -94,7 +95,7 @@ def make_probe(pl: Any) -> Any:
 
     class Probe(pl.Callback):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
-            self.facts: dict[str, Any] = {"scales": [], "grad_dtypes": set()}
+            self.facts: dict[str, Any] = {"scales": [], "grad_dtypes": set(), "param_sums": []}
 
         def on_train_start(self, trainer: Any, module: Any) -> None:
             plugin = trainer.precision_plugin
@@ -117,6 +118,8 @@ def make_probe(pl: Any) -> Any:
         def on_train_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
             scaler = getattr(trainer.precision_plugin, "scaler", None)
             self.facts["scales"].append(scaler.get_scale() if scaler is not None else None)
+            local = [p.to_local() if isinstance(p, DTensor) else p for p in module.parameters()]
+            self.facts["param_sums"].append(float(sum(t.detach().double().abs().sum() for t in local)))
 
     return Probe()
 
@@ -235,6 +238,14 @@ def bare2(out: Path) -> list[dict[str, Any]]:
         pl.Trainer, plugins=[FSDPPrecision("16-mixed", max_skipped_steps=4)], devices=2, strategy=_fsdp2(pl)
     )
     records.append(fit("overflow-storm", pl, trainer_cls, storm, out, max_steps=10)[0])
+    # bf16-mixed with the finite-gradient check: non-finite steps are skipped on every rank, then training stops
+    trainer_cls = partial(
+        pl.Trainer,
+        plugins=[FSDPPrecision("bf16-mixed", check_finite_grads=True, max_skipped_steps=3)],
+        devices=2,
+        strategy=_fsdp2(pl),
+    )
+    records.append(fit("finite-check-bf16-mixed", pl, trainer_cls, storm, out, max_steps=10)[0])
     return records
 
 

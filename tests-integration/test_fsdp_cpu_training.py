@@ -240,6 +240,19 @@ def test_16_mixed_overflow_storm_warns_then_stops(doors: DoorRuns) -> None:
     assert any("2 optimizer steps in a row were skipped" in w for w in run["warnings"]), run["warnings"]
 
 
+def test_bf16_mixed_finite_check_skips_non_finite_steps_then_stops(doors: DoorRuns) -> None:
+    run = doors("bare2")["finite-check-bf16-mixed"]
+    assert run["error"] == (
+        "OverflowStormError: fsdp:bf16-mixed: 3 optimizer steps in a row were skipped because the gradients held inf "
+        "or NaN, so training stopped: the model no longer learns. Check the loss and the weights for inf/NaN, lower "
+        "the learning rate. (max_skipped_steps=3; None never stops.)"
+    )
+    sums = run["param_sums"]
+    assert len(sums) == 2, "the third skipped step raised before its batch ended"
+    assert all(math.isfinite(s) for s in sums)
+    assert sums[0] == sums[1], "a skipped step left the weights unchanged"
+
+
 RESUME_WARNINGS = {
     "resume-1-bf16-mixed": "resuming a checkpoint written under precision '16-mixed' with precision 'bf16-mixed': "
     "the 16-mixed loss scaler state is dropped: bf16-mixed does not scale the loss; compute runs in bfloat16 instead "

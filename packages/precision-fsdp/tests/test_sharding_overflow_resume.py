@@ -75,6 +75,9 @@ def test_overflow_watch_warns_at_half_and_stops_at_the_limit() -> None:
         watch.after_step(True, 0.25, "fsdp:16-mixed")
     watch.after_step(False, 0.25, "fsdp:16-mixed")
     assert watch.skipped_in_a_row == 0, "a clean step resets the count"
+    bf16 = OverflowWatch(1)
+    with pytest.raises(OverflowStormError, match=r"held inf or NaN, so training stopped.*learning rate\. \("):
+        bf16.after_step(True, None, "fsdp:bf16-mixed")
 
 
 def test_overflow_watch_off_and_bad_limits() -> None:
@@ -102,3 +105,21 @@ def test_saved_precision_reads_ours_or_recognises_lightnings_16_mixed() -> None:
     assert saved_precision({"precision_fsdp": {"precision": "32-true"}}, "FSDPPrecision") == "32-true"
     assert saved_precision({"FSDPPrecision": {"scale": 2.0}}, "FSDPPrecision") == "16-mixed"
     assert saved_precision({}, "FSDPPrecision") is None
+
+
+def test_finite_check_is_for_precisions_without_a_scaler() -> None:
+    from precision_fsdp import FSDPPrecision
+
+    with pytest.raises(ValueError, match=r"check_finite_grads=True is for precisions without loss scaling"):
+        FSDPPrecision("16-mixed", check_finite_grads=True)
+    assert FSDPPrecision("bf16-mixed", check_finite_grads=True, max_skipped_steps=None) is not None
+
+
+def test_finite_gradients_in_one_process() -> None:
+    from precision_fsdp.overflow import grads_finite
+
+    w = torch.nn.Parameter(torch.ones(3))
+    w.grad = torch.ones(3)
+    assert grads_finite([w])
+    w.grad[1] = float("nan")
+    assert not grads_finite([w])

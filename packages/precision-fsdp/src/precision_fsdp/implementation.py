@@ -21,7 +21,7 @@ from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_fsdp import _compat, resume
 from precision_fsdp.clipping import clip_grad_norm
-from precision_fsdp.overflow import OverflowWatch
+from precision_fsdp.overflow import OverflowWatch, grads_finite
 from precision_fsdp.policy import DtypePlan, dtype_name, parse_dtype
 from precision_fsdp.scaler import (
     check_scaler_options,
@@ -90,9 +90,13 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         growth_factor: factor the default scaler multiplies its scale by after ``growth_interval`` clean steps.
         backoff_factor: factor the default scaler multiplies its scale by after a step with inf/NaN gradients.
         growth_interval: number of consecutive clean steps before the default scaler grows its scale.
-        max_skipped_steps: ``16-mixed`` only: stop training with :class:`~precision_fsdp.overflow.OverflowStormError`
-            after this many optimizer steps in a row were skipped for inf/NaN gradients (default 50; ``None``
-            never stops). A warning is given at half that count.
+        max_skipped_steps: stop training with :class:`~precision_fsdp.overflow.OverflowStormError` after this many
+            optimizer steps in a row were skipped for inf/NaN gradients (default 50; ``None`` never stops); a
+            warning is given at half that count. Applies to ``16-mixed`` (the scaler skips such steps) and to the
+            other precisions with ``check_finite_grads=True``.
+        check_finite_grads: precisions other than ``16-mixed``: skip, on every rank, an optimizer step whose
+            gradients hold inf/NaN on any rank (as DeepSpeed's bf16 ``check_grad_overflow``), counted against
+            ``max_skipped_steps``. Costs one all-reduce of a flag per step. Default ``False``.
 
     Raises:
         ValueError: unsupported ``precision`` (Lightning's message first); a scaler or scaler options for a
@@ -114,6 +118,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         backoff_factor: Optional[float] = None,
         growth_interval: Optional[int] = None,
         max_skipped_steps: Optional[int] = 50,
+        check_finite_grads: bool = False,
     ) -> None:
         canonical = self.canonical_precision(precision)
         options = check_scaler_options(
@@ -138,7 +143,14 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         if scaler is None and canonical == "16-mixed":
             # provisional: holds the settings and any loaded state until connect() knows the FSDP version and device
             self.scaler = make_scaler(2, provisional_device(), options)
-        self._overflow = OverflowWatch(max_skipped_steps) if canonical == "16-mixed" else None
+        if check_finite_grads and canonical == "16-mixed":
+            raise ValueError(
+                "check_finite_grads=True is for precisions without loss scaling: under '16-mixed' the loss scaler "
+                "already skips steps with inf/NaN gradients (and max_skipped_steps watches them); remove it."
+            )
+        self._check_finite = bool(check_finite_grads)
+        watched = canonical == "16-mixed" or self._check_finite
+        self._overflow = OverflowWatch(max_skipped_steps) if watched else None
         _compat.route_throughput_compute_dtype(self.lightning, _compute_dtype_of)
 
     # -- what the plugin declares ---------------------------------------------------------------------------
@@ -325,7 +337,26 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
     ) -> Any:
         """Lightning's step (with a scaler: closure, unscale so clipping sees true gradients, hooks and clipping,
         then the scaler steps, skipping on inf/NaN, and updates). Under ``16-mixed``, a run of skipped steps is
-        watched: see ``max_skipped_steps``."""
+        watched: see ``max_skipped_steps``. With ``check_finite_grads``, a step with inf/NaN gradients on any rank
+        is skipped on every rank: the gradients are dropped before the hooks, clipping and the optimizer run.
+
+        Raises:
+            precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+        """
+        if self._check_finite and self._overflow is not None:
+            watch, skipped = self._overflow, [False]
+
+            def checked_closure() -> Any:
+                result = closure()
+                params = [p for group in optimizer.param_groups for p in group["params"]]
+                if not grads_finite(params):
+                    skipped[0] = True
+                    optimizer.zero_grad(set_to_none=True)  # parameters without gradients are not stepped
+                return result
+
+            output = super().optimizer_step(optimizer, model, checked_closure, **kwargs)
+            watch.after_step(skipped[0], None, self.spec)
+            return output
         before = self.scaler.get_scale() if self.scaler is not None else None
         output = super().optimizer_step(optimizer, model, closure, **kwargs)
         if self.scaler is not None and self._overflow is not None and before is not None:

@@ -617,6 +617,24 @@ GENERATORS: dict[str, Callable[[str | None], str]] = {
 }
 
 
+# A file's code carried in the Markdown itself, so the page reads on GitHub too; the build and a test keep it current:
+# <!-- gen:file:docs/examples/x.py -->, the fenced code, <!-- /gen:file -->.
+EMBEDDED = re.compile(r"<!-- gen:file:([\w./-]+) -->\n(.*?)<!-- /gen:file -->", re.DOTALL)
+
+
+def embed_files(markdown: str) -> str:
+    """Every embedded file block of ``markdown`` with the file's current text."""
+    return EMBEDDED.sub(
+        lambda m: f"<!-- gen:file:{m.group(1)} -->\n{gen_file(m.group(1))}\n<!-- /gen:file -->", markdown
+    )
+
+
+def stale_pages() -> list[Path]:
+    """Pages whose embedded file blocks differ from the files (``python -m tools.docs_hooks --write`` fixes)."""
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    return [p for p in pages if embed_files(text := p.read_text(encoding="utf-8")) != text]
+
+
 def render(markdown: str) -> str:
     def replace(match: re.Match[str]) -> str:
         name, arg = match.group(1), match.group(2)
@@ -624,7 +642,7 @@ def render(markdown: str) -> str:
             raise ValueError(f"unknown docs marker gen:{name}")
         return GENERATORS[name](arg)
 
-    return MARKER.sub(replace, markdown)
+    return MARKER.sub(replace, EMBEDDED.sub(lambda m: gen_file(m.group(1)), markdown))
 
 
 # ---- tables narrow enough for the text column --------------------------------------------------------
@@ -741,3 +759,14 @@ def on_page_markdown(markdown: str, page: Any = None, **_: Any) -> str:
         title, _sep, body = markdown.partition("\n")
         markdown = f"{title}\n\n<!-- gen:bench-glance -->\n{body}"
     return shape_tables(render(markdown))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write"]:
+        for page in stale_pages():
+            page.write_text(embed_files(page.read_text(encoding="utf-8")), encoding="utf-8")
+            print(f"updated {page.relative_to(ROOT)}")
+    else:
+        stale = stale_pages()
+        print("\n".join(f"out of date: {p.relative_to(ROOT)}" for p in stale) or "every embedded file is current")
+        raise SystemExit(1 if stale else 0)

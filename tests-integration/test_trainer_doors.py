@@ -1,4 +1,4 @@
-"""Real 2-process FSDP2 fits on CPU (gloo) through every Trainer door precision-base opens.
+"""Real 2-process fits on CPU (gloo) through every Trainer door precision-base opens (FSDP2; DeepSpeed for one).
 
 ``_trainer_doors.py:train`` runs in 2 ranks (``precision_base.testing.launch.run_ranks``, started the way torchrun
 starts them, so Lightning launches nothing): ``pytorch_lightning``, a user's subclass with the mixin, a user's
@@ -59,3 +59,21 @@ def test_pytorch_lightning_door_builds_the_same_plugin_for_its_namespace(fits: d
 def test_the_subclass_keeps_its_own_argument(fits: dict[str, dict[str, Any]]) -> None:
     assert fits["subclass"]["run_name"] == "mine"
     assert fits["subclass"]["trainer_namespace"] == "lightning.pytorch"
+
+
+def test_pytorch_lightning_door_with_deepspeed(tmp_path: Path) -> None:
+    """The DeepSpeed plugin through the same door: the same names, its own CPU strategy built for pytorch_lightning."""
+    pytest.importorskip("precision_deepspeed")
+    pytest.importorskip("pytorch_lightning")
+    env = {"DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
+    target = f"{HERE / '_trainer_doors.py'}:train"
+    args = {"spec": "deepspeed:bf16-mixed", "doors": ["pytorch_lightning"]}
+    (fit,) = run_ranks(target, args, world=2, cwd=HERE, log_dir=tmp_path, env=env)
+    assert fit["plugin"] == "precision_base.namespaces.pytorch_lightning.precision_deepspeed.plugin.DeepSpeedPrecision"
+    assert fit["is_namespace_precision"]
+    assert fit["plugin_namespace"] == fit["strategy_namespace"] == fit["trainer_namespace"] == "pytorch_lightning"
+    assert fit["strategy"] == "DeepSpeedCPUStrategy"
+    assert fit["world_size"] == 2
+    assert fit["global_step"] == 4
+    assert fit["compute"] == ["bfloat16"]
+    assert fit["loss_fell"]

@@ -41,7 +41,7 @@ MATRIX = matrix.load()
 PACKAGES = packages()
 BASE = next(iter(PACKAGES.values()))
 PYTHON = str(MATRIX["python"]["default"])
-TEST_DEPS = ["pytest>=8", "pytest-timeout", "jsonargparse[signatures]>=4.27", "hatchling>=1.21", "build"]
+TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis", "jsonargparse[signatures]>=4.27", "hatchling>=1.21", "build"]
 DS_ENV = {"DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
 WATCHED = [
     "torch",

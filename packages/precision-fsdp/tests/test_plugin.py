@@ -307,6 +307,9 @@ def test_clipping_mixed_dtensor_and_plain_gradients_names_the_alternative(cpu_me
         FSDPPrecision("32-true").clip_grad_by_norm(optimizer, 1.0)
     lightning = "`gradient_clip_algorithm='norm'` is currently not supported for `FSDPPrecision`"
     assert str(err.value).startswith(lightning + " here: "), "Lightning's text verbatim, then why and what to do"
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    assert isinstance(err.value, MisconfigurationException), "the type Lightning's FSDPPrecision raises"
     with pytest.raises(Exception, match="^" + lightning.replace("(", r"\(").replace(")", r"\)") + "$"):
         BuiltinFSDPPrecision("32-true").clip_grad_by_norm(optimizer, 1.0)
 

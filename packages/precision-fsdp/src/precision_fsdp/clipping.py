@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterable
 from typing import Optional, Union
 
@@ -20,7 +21,23 @@ from precision_fsdp._compat import DTensor
 
 
 class ClipGradNormError(PrecisionPluginError, RuntimeError):
-    """Clipping by norm was asked for where the plugin cannot compute the global norm exactly."""
+    """Clipping by norm was asked for where the plugin cannot compute the global norm exactly.
+
+    What is raised is the subclass :func:`clip_error_class` builds for the plugin's Lightning namespace, which is also
+    that namespace's ``MisconfigurationException``, the type Lightning's own ``FSDPPrecision`` raises here.
+    """
+
+
+_ERROR_CLASSES: dict[str, type[ClipGradNormError]] = {}
+
+
+def clip_error_class(lightning: types.ModuleType) -> type[ClipGradNormError]:
+    """:class:`ClipGradNormError` that is also ``<lightning>.utilities.exceptions.MisconfigurationException``."""
+    name = lightning.__name__
+    if name not in _ERROR_CLASSES:
+        lightnings: type = lightning.utilities.exceptions.MisconfigurationException
+        _ERROR_CLASSES[name] = type("ClipGradNormError", (ClipGradNormError, lightnings), {"__module__": __name__})
+    return _ERROR_CLASSES[name]
 
 
 _ALTERNATIVES = (
@@ -48,14 +65,15 @@ def clip_grad_norm(
     max_norm: Union[int, float],
     fsdp1_root: Optional[torch.nn.Module] = None,
     plugin_name: str = "FSDPPrecision",
+    error: type[ClipGradNormError] = ClipGradNormError,
 ) -> torch.Tensor:
     """Scale the gradients of ``parameters`` so that their global 2-norm is at most ``max_norm``.
 
     Returns the global norm before clipping (a plain fp32 tensor, the same on every rank).
 
     Raises:
-        ClipGradNormError: the global norm cannot be computed exactly here. The message starts with Lightning's
-            (``plugin_name`` fills it in) and names the alternatives.
+        ClipGradNormError: (``error``) the global norm cannot be computed exactly here. The message starts with
+            Lightning's (``plugin_name`` fills it in) and names the alternatives.
     """
     params = [p for p in parameters if p.grad is not None]
     if not params and fsdp1_root is None:
@@ -70,14 +88,14 @@ def clip_grad_norm(
         return norm.full_tensor() if isinstance(norm, DTensor) else norm
     if any(sharded):
         plain = sum(1 for s in sharded if not s)
-        raise ClipGradNormError(
+        raise error(
             f"{_lightning_message(plugin_name)} here: cannot clip gradients by norm exactly: {plain} of "
             f"{len(params)} gradients are plain tensors next to "
             "FSDP2 DTensor gradients, so their contribution to the global norm is unknown (they are neither "
             f"sharded nor synchronised by FSDP). {_ALTERNATIVES}"
         )
     if _distributed():
-        raise ClipGradNormError(
+        raise error(
             f"{_lightning_message(plugin_name)} here: cannot clip gradients by norm exactly: the gradients are "
             "plain tensors in a multi-process run and no "
             "FSDP1 root module wraps the model, so each rank would see only its own shard or copy. " + _ALTERNATIVES

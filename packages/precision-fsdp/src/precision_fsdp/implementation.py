@@ -20,7 +20,7 @@ from precision_base import PRECISIONS, PrecisionPlugin
 from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_fsdp import _compat, resume
-from precision_fsdp.clipping import clip_grad_norm
+from precision_fsdp.clipping import clip_error_class, clip_grad_norm
 from precision_fsdp.overflow import OverflowWatch, grads_finite
 from precision_fsdp.policy import DtypePlan, dtype_name, parse_dtype
 from precision_fsdp.scaler import (
@@ -368,10 +368,12 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         """Clip by the exact global norm: DTensor gradients under FSDP2, the root's ``clip_grad_norm_`` under FSDP1.
 
         Raises:
-            precision_fsdp.clipping.ClipGradNormError: the global norm cannot be computed exactly; the message
-                starts with Lightning's and names ``gradient_clip_algorithm='value'`` and the other alternatives.
+            precision_fsdp.clipping.ClipGradNormError: (also Lightning's ``MisconfigurationException``, as the
+                built-in raises) the global norm cannot be computed exactly; the message starts with Lightning's and
+                names ``gradient_clip_algorithm='value'`` and the other alternatives.
         """
-        clip_grad_norm(self.main_params(optimizer), clip_val, self._fsdp1_root, type(self).__name__)
+        error = clip_error_class(self.lightning)
+        clip_grad_norm(self.main_params(optimizer), clip_val, self._fsdp1_root, type(self).__name__, error)
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -5,3 +5,4 @@ from precision_base.testing import PluginConformance
 
 class TestDeepSpeedConformance(PluginConformance):
     backend = "deepspeed"
+    module_cast_by_strategy = True  # under *-mixed DeepSpeed's engine, not the plugin, casts the module to fp16/bf16

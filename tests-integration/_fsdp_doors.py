@@ -8,7 +8,8 @@ Scenarios:
     bare2: ``precision_base.Trainer(precision_plugin="fsdp:<p>", devices=2)`` with a LightningModule that has no
         ``configure_model`` (bf16-mixed, 32-true); plain ``lightning.Trainer`` with Lightning's
         ``ModelParallelStrategy`` and ``FSDPPrecision`` options in ``plugins=``; ``pytorch_lightning.Trainer`` with
-        its own ``ModelParallelStrategy``; a 16-mixed overflow storm and a bf16-mixed one under
+        its own ``ModelParallelStrategy``; ``precision_base.pytorch_lightning.Trainer(precision_plugin=...,
+        devices=2)`` (no configure_model); a 16-mixed overflow storm and a bf16-mixed one under
         ``check_finite_grads`` (last: they end in errors).
     bare1: the front-page line in one process (no ``devices``), every precision.
     resume: checkpoints resumed under another precision: 16-mixed -> bf16-mixed -> 16-mixed -> 32-true, then
@@ -232,6 +233,12 @@ def bare2(out: Path) -> list[dict[str, Any]]:
     )
     ptl_module = make_module(ptl, shard_in_configure_model=True)
     records.append(fit("pytorch_lightning-bf16-mixed", ptl, trainer_cls, ptl_module, out, max_steps=6)[0])
+    # the front-page line through the pytorch_lightning door, a module that does not shard itself
+    from precision_base.pytorch_lightning import Trainer as PTLTrainer
+
+    trainer_cls = partial(PTLTrainer, precision_plugin="fsdp:bf16-mixed", devices=2)
+    ptl_plain = make_module(ptl, shard_in_configure_model=False)
+    records.append(fit("pytorch_lightning-bare-bf16-mixed", ptl, trainer_cls, ptl_plain, out, max_steps=6)[0])
     # an overflow storm: every step overflows; training must stop with a clear error (kept last: it raises)
     storm = make_module(pl, shard_in_configure_model=False, inf_loss=True)
     trainer_cls = partial(

@@ -229,6 +229,18 @@ def test_pytorch_lightning_trainer_with_its_model_parallel_strategy(doors: DoorR
     assert run["reduce_dtypes"] == ["torch.float32"]
 
 
+def test_front_page_line_through_the_pytorch_lightning_door(doors: DoorRuns) -> None:
+    """``precision_base.pytorch_lightning.Trainer(precision_plugin="fsdp:bf16-mixed", devices=2)``: the same
+    FSDP2Strategy and default sharding, built for ``pytorch_lightning``."""
+    run = doors("bare2")["pytorch_lightning-bare-bf16-mixed"]
+    _trained(run)
+    assert (run["strategy"], run["world_size"]) == ("FSDP2Strategy", 2)
+    assert run["strategy_module"].startswith("precision_base.namespaces.pytorch_lightning.")
+    assert run["units"] == ["<root>", "blocks", "embed", "head"]
+    assert run["compute"] == ["torch.bfloat16"]
+    assert run["throughput_dtype"] == ["torch.bfloat16"]
+
+
 def test_16_mixed_overflow_storm_warns_then_stops(doors: DoorRuns) -> None:
     run = doors("bare2")["overflow-storm"]
     assert run["error"].startswith(

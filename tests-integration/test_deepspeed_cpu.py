@@ -11,16 +11,21 @@ that trains every CPU-capable precision three times: uninterrupted for 3 epochs,
 
 Resume tolerance: the resumed run's fp32 master weights and per-step losses must match the uninterrupted run to
 1e-6 absolute (on this CPU they are bitwise equal: same ops, same order, same data).
+
+The plugin's options through other doors (one launch of :func:`train_doors`, ZeRO-2): a plain ``lightning.Trainer``
+and a plain ``pytorch_lightning.Trainer`` given the CPU strategy and the plugin with non-default options; the
+engine must carry each option (loss-scaling knobs on the loss scaler, torch_autocast, the clip value).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from _deepspeed_helpers import BATCHES_PER_RANK, CPU_PRECISIONS, EPOCHS, SAVE_AFTER, run_script
+from _deepspeed_helpers import BATCHES_PER_RANK, CPU_PRECISIONS, EPOCHS, SAVE_AFTER, extensions_dir, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -117,3 +122,208 @@ def test_torch_autocast_inside_the_engine(autocast_runs: dict[str, Any], precisi
     assert full["reduction_buckets"] == [table["reduction"]]
     _check_loss_falls(run)
     _check_resume(run)
+
+
+# -- the plugin's options through plain Lightning Trainers of both namespaces -------------------------------------
+FP16_OPTIONS = {"initial_scale_power": 8, "loss_scale_window": 500, "hysteresis": 3, "consecutive_hysteresis": True,
+                "min_loss_scale": 2}  # fmt: skip
+DOOR_STEPS = 6
+
+
+def train_doors(args: dict[str, Any]) -> dict[str, Any]:
+    """Runs in each rank: one short ZeRO-2 fit per case, through the plain Trainer of the case's namespace."""
+    import importlib
+
+    from precision_base.namespaces import for_namespace
+    from precision_base.testing.launch import world_size
+    from precision_base.testing.models import QUIET, TinyRegressor, dtype_name
+    from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
+
+    results: dict[str, Any] = {}
+    for name, case in args["cases"].items():
+        world_size()
+        namespace = case["namespace"]
+        pl = importlib.import_module(namespace)
+        plugin = for_namespace(DeepSpeedPrecision, namespace)(case["precision"], **case["options"])
+        model = for_namespace(TinyRegressor, namespace)(hidden=16, optimizer="adamw", lr=0.02, samples=4 * DOOR_STEPS)
+        trainer = pl.Trainer(
+            strategy=for_namespace(DeepSpeedCPUStrategy, namespace)(stage=2), plugins=[plugin], accelerator="cpu",
+            devices=2, max_steps=DOOR_STEPS, gradient_clip_val=0.5, default_root_dir=args["root"], **QUIET,
+        )  # fmt: skip
+        model.batch_size = 2
+        trainer.fit(model)
+        engine = trainer.model
+        scaler = getattr(engine.optimizer, "loss_scaler", None)
+        results[name] = {
+            "trainer_class": f"{type(trainer).__module__}.{type(trainer).__qualname__}",
+            "config": {k: trainer.strategy.config.get(k) for k in ("fp16", "bf16", "torch_autocast")},
+            "fp16_enabled": engine.fp16_enabled(),
+            "bf16_enabled": engine.bfloat16_enabled(),
+            "gradient_clipping": engine.gradient_clipping(),
+            "zero_stage": engine.zero_optimization_stage(),
+            "scaler": None
+            if scaler is None or not getattr(scaler, "dynamic", False)
+            else {
+                "scale_window": scaler.scale_window,
+                "min_scale": scaler.min_scale,
+                "delayed_shift": scaler.delayed_shift,
+                "consecutive_hysteresis": scaler.consecutive_hysteresis,
+            },
+            "module_params": sorted({dtype_name(p.dtype) for p in engine.module.parameters()}),
+            "inputs": sorted({dtype_name(d) for d in model.input_dtypes}),
+            "compute": sorted({dtype_name(d) for d in model.compute_dtypes}),
+            "losses": model.losses,
+            "global_step": trainer.global_step,
+        }
+    return results
+
+
+def _door_cases() -> dict[str, dict[str, Any]]:
+    from precision_deepspeed import _compat
+
+    cases: dict[str, dict[str, Any]] = {
+        "pytorch_lightning-bf16-mixed": {"namespace": "pytorch_lightning", "precision": "bf16-mixed", "options": {}},
+    }
+    if _compat.deepspeed_has_torch_autocast():
+        cases["lightning-bf16-mixed-autocast"] = {
+            "namespace": "lightning.pytorch",
+            "precision": "bf16-mixed",
+            "options": {"torch_autocast": True, "autocast_lower_precision_safe_modules": ["torch.nn.Linear"]},
+        }
+    if _compat.cpu_supports_fp16():
+        cases["lightning-16-mixed-knobs"] = {
+            "namespace": "lightning.pytorch", "precision": "16-mixed", "options": FP16_OPTIONS,
+        }  # fmt: skip
+    return cases
+
+
+@pytest.fixture(scope="module")
+def door_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from precision_base.testing.launch import run_ranks
+
+    root = tmp_path_factory.mktemp("doors")
+    env = {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": extensions_dir(), "PYTHONPATH": str(Path(__file__).parent)}
+    return dict(run_ranks(f"{Path(__file__)}:train_doors", {"cases": _door_cases(), "root": str(root)}, world=2,
+                          threads=1, timeout=600, cwd=root, env=env))  # fmt: skip
+
+
+def _check_door_run(run: dict[str, Any]) -> None:
+    assert run["global_step"] == DOOR_STEPS
+    assert run["zero_stage"] == 2
+    assert run["gradient_clipping"] == 0.5
+    losses = run["losses"]
+    assert sum(losses[-2:]) < sum(losses[:2]), f"loss did not fall: {losses}"
+
+
+def test_pytorch_lightning_trainer_trains_with_the_plugin(door_runs: dict[str, Any]) -> None:
+    run = door_runs["pytorch_lightning-bf16-mixed"]
+    assert run["trainer_class"] == "pytorch_lightning.trainer.trainer.Trainer"
+    assert run["bf16_enabled"] is True
+    assert run["config"]["bf16"] == {"enabled": True}
+    assert run["module_params"] == run["compute"] == run["inputs"] == ["bfloat16"]
+    _check_door_run(run)
+
+
+def test_lightning_trainer_with_torch_autocast_options(door_runs: dict[str, Any]) -> None:
+    from precision_deepspeed import _compat
+
+    if not _compat.deepspeed_has_torch_autocast():
+        pytest.skip("the installed DeepSpeed has no torch_autocast config section")
+    run = door_runs["lightning-bf16-mixed-autocast"]
+    assert run["config"]["torch_autocast"] == {
+        "enabled": True, "dtype": "bfloat16", "lower_precision_safe_modules": ["torch.nn.Linear"],
+    }  # fmt: skip
+    assert run["config"]["bf16"] == {"enabled": False}
+    assert run["bf16_enabled"] is False
+    assert run["module_params"] == run["inputs"] == ["float32"]
+    assert run["compute"] == ["bfloat16"]
+    _check_door_run(run)
+
+
+def test_lightning_trainer_with_every_fp16_loss_scaling_knob(door_runs: dict[str, Any]) -> None:
+    from precision_deepspeed import _compat
+
+    if not _compat.cpu_supports_fp16():
+        pytest.skip("DeepSpeed's CPU accelerator has no fp16 here (oneDNN fp16: AVX512-FP16 or AMX-FP16)")
+    run = door_runs["lightning-16-mixed-knobs"]
+    assert run["fp16_enabled"] is True
+    assert {k: run["config"]["fp16"][k] for k in FP16_OPTIONS} == FP16_OPTIONS
+    assert run["scaler"] == {
+        "scale_window": 500, "min_scale": 2, "delayed_shift": 3, "consecutive_hysteresis": True,
+    }  # fmt: skip
+    assert run["module_params"] == run["compute"] == ["float16"]
+    _check_door_run(run)
+
+
+# -- resuming under another precision (issue: a raw FileNotFoundError, or silently other numerics) ----------------
+def train_resumes(args: dict[str, Any]) -> dict[str, Any]:
+    """Runs in each rank: save ZeRO-2 checkpoints, then resume each under another plugin; record what happens."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.plugins.precision import DeepSpeedPrecision as LightningDeepSpeedPrecision
+
+    from precision_base.testing.launch import world_size
+    from precision_base.testing.models import QUIET, TinyRegressor
+    from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
+
+    root = Path(args["root"])
+
+    def fit(plugin: Any, steps: int, ckpt_path: Any = None, save: Any = None) -> dict[str, Any]:
+        world_size()
+        model = TinyRegressor(hidden=8, optimizer="adamw", lr=0.02, samples=64, batch_size=4)
+        trainer = pl.Trainer(strategy=DeepSpeedCPUStrategy(stage=2), plugins=[plugin], accelerator="cpu", devices=2,
+                             max_steps=steps, default_root_dir=str(root), **QUIET)  # fmt: skip
+        try:
+            trainer.fit(model, ckpt_path=ckpt_path)
+        except Exception as exc:  # the outcome under test: recorded, asserted in the test process
+            return {"error": type(exc).__name__, "message": str(exc)}
+        if save is not None:
+            trainer.save_checkpoint(save)
+        return {"error": None, "global_step": trainer.global_step}
+
+    bf16, fp32 = str(root / "bf16-mixed.ckpt"), str(root / "32-true.ckpt")
+    results = {
+        "save-bf16": fit(DeepSpeedPrecision("bf16-mixed"), 2, save=bf16),
+        "save-32": fit(DeepSpeedPrecision("32-true"), 2, save=fp32),
+    }
+    results["bf16->32-true"] = fit(DeepSpeedPrecision("32-true"), 4, ckpt_path=bf16)
+    results["32->bf16-mixed"] = fit(DeepSpeedPrecision("bf16-mixed"), 4, ckpt_path=fp32)
+    results["bf16->bf16-mixed"] = fit(DeepSpeedPrecision("bf16-mixed"), 4, ckpt_path=bf16)
+    # portability: Lightning's built-in class resumes ours, and ours refuses by DeepSpeed's own ds_config
+    results["bf16->lightning-bf16-mixed"] = fit(LightningDeepSpeedPrecision("bf16-mixed"), 4, ckpt_path=bf16)
+    if args["fp16"]:
+        results["bf16->16-mixed"] = fit(DeepSpeedPrecision("16-mixed"), 4, ckpt_path=bf16)
+    return results
+
+
+@pytest.fixture(scope="module")
+def resume_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from precision_base.testing.launch import run_ranks
+    from precision_deepspeed import _compat
+
+    root = tmp_path_factory.mktemp("resume")
+    env = {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": extensions_dir(), "PYTHONPATH": str(Path(__file__).parent)}
+    args = {"root": str(root), "fp16": _compat.cpu_supports_fp16()}
+    return dict(run_ranks(f"{Path(__file__)}:train_resumes", args, world=2, threads=1, timeout=900, cwd=root, env=env))
+
+
+@pytest.mark.parametrize(
+    ("case", "saved", "resumed"),
+    [("bf16->32-true", "bf16-mixed (DeepSpeed bf16 mode)", "deepspeed:32-true (DeepSpeed fp32 mode)"),
+     ("32->bf16-mixed", "32-true (DeepSpeed fp32 mode)", "deepspeed:bf16-mixed (DeepSpeed bf16 mode)"),
+     ("bf16->16-mixed", "bf16-mixed (DeepSpeed bf16 mode)", "deepspeed:16-mixed (DeepSpeed fp16 mode)")],
+)  # fmt: skip
+def test_resume_under_another_precision_is_refused_naming_both(
+    resume_runs: dict[str, Any], case: str, saved: str, resumed: str
+) -> None:
+    assert resume_runs["save-bf16"] == resume_runs["save-32"] == {"error": None, "global_step": 2}
+    if case not in resume_runs:
+        pytest.skip("DeepSpeed's CPU accelerator has no fp16 here (oneDNN fp16: AVX512-FP16 or AMX-FP16)")
+    run = resume_runs[case]
+    assert run["error"] == "CheckpointPrecisionError", run
+    assert f"under {resumed}: it was saved under {saved}." in run["message"]
+    assert "FileNotFoundError" not in run["message"]
+
+
+def test_resume_under_the_same_precision_and_with_lightnings_class(resume_runs: dict[str, Any]) -> None:
+    assert resume_runs["bf16->bf16-mixed"] == {"error": None, "global_step": 4}
+    assert resume_runs["bf16->lightning-bf16-mixed"] == {"error": None, "global_step": 4}

@@ -89,6 +89,12 @@ FENCED: tuple[Fenced, ...] = (
         ("self", "model"),
         "CPU strategy: deepspeed.initialize reads root_device.index",
     ),
+    Fenced(
+        _LDS,
+        "DeepSpeedStrategy.load_checkpoint",
+        ("self", "checkpoint_path", "weights_only"),
+        "CPU strategy: refuse a checkpoint of another precision mode first",
+    ),
     Fenced(_LDS, "DeepSpeedStrategy._format_config", ("self",), "the plugin's section goes in before Lightning's"),
     Fenced(_LDS, "DeepSpeedStrategy._init_config_if_needed", ("self",), "Lightning formats its config once"),
     Fenced(
@@ -127,6 +133,8 @@ FENCED: tuple[Fenced, ...] = (
         ("self", "optimizer", "clip_val", "gradient_clip_algorithm"),
         "override",
     ),
+    Fenced(_LDP, "DeepSpeedPrecision.state_dict", ("self",), "override: records the precision in checkpoints"),
+    Fenced(_LDP, "DeepSpeedPrecision.load_state_dict", ("self", "state_dict"), "override: checks the precision"),
     Fenced(_LDP, "DeepSpeedPrecision._after_closure", ("self", "model", "optimizer"), "optimizer_step's hooks"),
     # -- DeepSpeed and torch --------------------------------------------------------------------------------
     Fenced("deepspeed.runtime.constants", "TORCH_AUTOCAST", None, "feature detection: torch_autocast section"),

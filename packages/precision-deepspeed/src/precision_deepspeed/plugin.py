@@ -46,6 +46,7 @@ from precision_deepspeed.config import (
     merge_precision_section,
     render_precision_section,
 )
+from precision_deepspeed.resume import CheckpointPrecisionError, SavedPrecision, engine_mode, mismatch_error
 from precision_deepspeed.selection import resolve_strategy
 from precision_deepspeed.strategy import write_plugin_config
 
@@ -264,6 +265,28 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         if strategy is not None:
             self._configured_clip = write_plugin_config(strategy)
         return result
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """What Lightning files in the checkpoint under ``"DeepSpeedPrecision"``: the precision and the plugin's
+        DeepSpeed config section (Lightning's built-in class ignores both when it loads the checkpoint)."""
+        return {"precision": self.precision, "deepspeed_config_section": self.precision_section()}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Check a checkpoint's recorded precision against the plugin's.
+
+        Lightning calls this after the strategy restored the engine, so it catches what DeepSpeed's loader lets
+        through (fp16 <-> fp32, torch_autocast <-> fp32) with Lightning's own ``DeepSpeedStrategy`` and single-file
+        checkpoints; :class:`~precision_deepspeed.strategy.DeepSpeedCPUStrategy` checks before DeepSpeed loads.
+
+        Raises:
+            precision_deepspeed.resume.CheckpointPrecisionError: the recorded DeepSpeed mode differs.
+        """
+        section = state_dict.get("deepspeed_config_section")
+        if isinstance(section, Mapping) and engine_mode(section) != engine_mode(self.precision_section()):
+            saved = SavedPrecision(engine_mode(section), state_dict.get("precision"))
+            raise CheckpointPrecisionError(mismatch_error("(single file)", saved, self.spec, self.precision_section()))
 
     @override
     def backward(  # type: ignore[override]

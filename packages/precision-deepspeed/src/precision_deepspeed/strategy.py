@@ -30,6 +30,7 @@ from typing_extensions import override
 
 from precision_deepspeed import _compat
 from precision_deepspeed.config import write_into_config
+from precision_deepspeed.resume import check_resume
 
 if TYPE_CHECKING:
     import deepspeed
@@ -151,6 +152,20 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
     def _initialize_deepspeed_inference(self, model: Module) -> None:
         with self._engine_rank():
             super()._initialize_deepspeed_inference(model)
+
+    @override
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: Optional[bool] = None) -> dict[str, Any]:
+        """Lightning's loader, after refusing a checkpoint saved under another DeepSpeed precision mode.
+
+        Raises:
+            precision_deepspeed.resume.CheckpointPrecisionError: resuming training from a checkpoint whose DeepSpeed
+                precision mode differs from the plugin's (before DeepSpeed's own loader fails or goes on silently).
+        """
+        module = self.lightning_module
+        fitting = module is not None and getattr(module.trainer.state, "fn", None) == "fit"
+        if fitting and isinstance(self.precision_plugin, SectionOwner):
+            check_resume(self.precision_plugin, checkpoint_path)
+        return super().load_checkpoint(checkpoint_path, weights_only)
 
     @override
     def _format_config(self) -> None:

@@ -105,3 +105,13 @@ def test_loss_scaling_defaults_of_lightnings_strategy() -> None:
 def test_cpu_fp16_probe_matches_deepspeeds_question() -> None:
     expected = bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
     assert _compat.cpu_supports_fp16() is expected
+
+
+def test_deepspeed_still_raises_the_min_loss_scale_message() -> None:
+    import inspect
+
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler
+
+    assert _compat.MIN_LOSS_SCALE_MESSAGE in inspect.getsource(DynamicLossScaler.update_scale)
+    assert _compat.is_min_loss_scale_error(Exception(_compat.MIN_LOSS_SCALE_MESSAGE + " Exiting run."))
+    assert not _compat.is_min_loss_scale_error(RuntimeError(_compat.MIN_LOSS_SCALE_MESSAGE))

@@ -277,3 +277,23 @@ def test_config_clip_contradicting_the_trainer_is_an_error() -> None:
         DeepSpeedConfigConflictError, match=r"gradient_clipping=2\.0 but the Trainer has gradient_clip_val=1\.0"
     ):
         _fit(Tiny(), strategy=strategy, gradient_clip_val=1.0)
+
+
+class OverflowsAlways(Tiny):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        (x,) = batch
+        return self.layer(x).pow(2).mean() * float("inf")  # fp16 gradients are never finite
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not __import__("precision_deepspeed._compat")._compat.cpu_supports_fp16(),
+    reason="DeepSpeed's CPU accelerator has no fp16 here (oneDNN fp16: AVX512-FP16 or AMX-FP16)",
+)
+def test_overflow_storm_at_the_lowest_loss_scale_stops_clearly() -> None:
+    plugin = DeepSpeedPrecision("16-mixed", initial_scale_power=1, hysteresis=1, min_loss_scale=1)
+    with pytest.raises(DeepSpeedPrecisionError) as info:
+        _fit(OverflowsAlways(), plugin)
+    text = str(info.value)
+    assert text.startswith("Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.")
+    assert "Under deepspeed:16-mixed every step overflowed at DeepSpeed's lowest loss scale (min_loss_scale=1)" in text

@@ -139,6 +139,12 @@ FENCED: tuple[Fenced, ...] = (
     # -- DeepSpeed and torch --------------------------------------------------------------------------------
     Fenced("deepspeed.runtime.constants", "TORCH_AUTOCAST", None, "feature detection: torch_autocast section"),
     Fenced("deepspeed.runtime.constants", "BUFFER_DTYPE", None, "feature detection: buffers keep their dtype"),
+    Fenced(
+        "deepspeed.runtime.fp16.loss_scaler",
+        "DynamicLossScaler.update_scale",
+        ("self", "overflow"),
+        "an overflow at the lowest loss scale raises MIN_LOSS_SCALE_MESSAGE",
+    ),
     Fenced("torch", "ops.mkldnn._is_mkldnn_fp16_supported", None, "DeepSpeed's own CPU fp16 probe"),
 )
 
@@ -293,6 +299,15 @@ def cpu_supports_fp16() -> bool:
     """
     probe = getattr(torch.ops.mkldnn, "_is_mkldnn_fp16_supported", None)
     return bool(probe()) if probe is not None else False
+
+
+#: The start of the exception DeepSpeed's dynamic loss scaler raises when a step overflows at the lowest scale.
+MIN_LOSS_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore."
+
+
+def is_min_loss_scale_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is DeepSpeed's "overflow at the lowest loss scale" exception (a plain ``Exception``)."""
+    return type(exc) is Exception and str(exc).startswith(MIN_LOSS_SCALE_MESSAGE)
 
 
 def registry_init_params(registry: Any, name: str) -> dict[str, Any]:

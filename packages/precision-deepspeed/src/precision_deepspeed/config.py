@@ -28,10 +28,13 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from precision_base import TrainerConfigurationError
+from precision_base.plugin_support import PRECISION_DTYPE_NAMES
 
-HALF_PRECISIONS = ("16-mixed", "16-true")
-BF16_PRECISIONS = ("bf16-mixed", "bf16-true")
-AUTOCAST_PRECISIONS = ("16-mixed", "bf16-mixed")
+#: Precisions that run DeepSpeed's fp16 mode, its bf16 mode, and those that may use torch autocast instead
+#: (derived from precision-base's one precision -> dtype map).
+HALF_PRECISIONS = tuple(p for p, dtype in PRECISION_DTYPE_NAMES.items() if dtype == "float16")
+BF16_PRECISIONS = tuple(p for p, dtype in PRECISION_DTYPE_NAMES.items() if dtype == "bfloat16")
+AUTOCAST_PRECISIONS = tuple(p for p in PRECISION_DTYPE_NAMES if p.endswith("-mixed"))
 
 #: Top-level DeepSpeed keys that each switch on one way of running in reduced precision, and the key of the
 #: rendered section each one is compared against (DeepSpeed still reads the old spelling ``bfloat16``).

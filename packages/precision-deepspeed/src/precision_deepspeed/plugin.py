@@ -321,8 +321,9 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         """Run the closure (forward and backward), the pre-step hooks, then ``engine.step(**kwargs)``.
 
         Raises:
-            DeepSpeedPrecisionError: the optimizer is ``torch.optim.LBFGS``, or ``training_step`` returned ``None``
-                (skipped backward) under automatic optimization.
+            DeepSpeedPrecisionError: the optimizer is ``torch.optim.LBFGS``, ``training_step`` returned ``None``
+                (skipped backward) under automatic optimization, or (fp16) a step overflowed again at the lowest loss
+                scale: DeepSpeed's own message first, then what to do.
         """
         if isinstance(optimizer, LBFGS):
             raise DeepSpeedPrecisionError(
@@ -338,7 +339,17 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
                 "DeepSpeed's engine together: return a loss, or switch to manual optimization "
                 "(self.automatic_optimization = False)."
             )
-        return self._engine(model).step(**kwargs)
+        try:
+            return self._engine(model).step(**kwargs)
+        except Exception as exc:
+            if not _compat.is_min_loss_scale_error(exc):
+                raise
+            raise DeepSpeedPrecisionError(
+                f"{exc} Under {self.spec} every step overflowed at DeepSpeed's lowest loss scale "
+                f"(min_loss_scale={self.loss_scaling.min_loss_scale}): the fp16 gradients are not finite even "
+                "unscaled, so every step is skipped. Look for inf/NaN in the loss or the data, lower the learning "
+                "rate, or train in bf16 ('deepspeed:bf16-mixed'), whose range does not need loss scaling."
+            ) from exc
 
     @override
     def clip_gradients(

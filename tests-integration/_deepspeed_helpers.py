@@ -1,22 +1,21 @@
-"""Real DeepSpeed training on CPU in 2 processes, run as a script so Lightning's launcher can re-execute it.
+"""Real DeepSpeed training on CPU in 2 processes (ranks started by :func:`precision_base.testing.launch.run_ranks`).
 
-    python tests-integration/_deepspeed_helpers.py --stage 2 --precisions 32-true,bf16-mixed --out result.json
+    run_script(["--stage", "2", "--precisions", "32-true,bf16-mixed"], out=tmp / "result.json")
 
 For each precision, in one launch: an uninterrupted run of ``EPOCHS`` epochs (A), a run of ``SAVE_AFTER`` epochs
 that saves a DeepSpeed checkpoint (B), and a run that resumes from B's checkpoint to ``EPOCHS`` epochs (C). Rank 0
-writes what it saw (engine dtypes, losses per step, the full fp32 master weights after each run) to ``--out``.
-The tests import :func:`run_script` and assert on that file.
+returns what it saw (engine dtypes, losses per step, the full fp32 master weights after each run), also written to
+``out``. The tests import :func:`run_script` and assert on it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from precision_base.testing.launch import run_ranks
 
 HERE = Path(__file__).resolve().parent
 EPOCHS = 3
@@ -40,19 +39,12 @@ def extensions_dir() -> str:
 
 
 def run_script(args: list[str], out: Path, timeout: float = 600) -> dict[str, Any]:
-    """Run this file as a script with ``args`` and return the JSON it wrote to ``out``."""
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
-    env.pop("LOCAL_RANK", None)
-    cmd = [sys.executable, str(Path(__file__)), *args, "--out", str(out)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(out.parent))
-    if proc.returncode != 0 or not out.exists():
-        raise AssertionError(
-            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout ---\n{proc.stdout[-4000:]}\n"
-            f"--- stderr ---\n{proc.stderr[-8000:]}"
-        )
-    return dict(json.loads(out.read_text()))
+    """Run :func:`train` with command-line style ``args`` in 2 ranks; return rank 0's result (also in ``out``)."""
+    env = {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": extensions_dir(), "PYTHONWARNINGS": "ignore"}
+    result = dict(run_ranks(f"{Path(__file__)}:train", {"argv": [*args, "--out", str(out)]}, world=2, threads=1,
+                            timeout=timeout, cwd=out.parent, env=env))  # fmt: skip
+    out.write_text(json.dumps(result))
+    return result
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -61,41 +53,17 @@ def run_script(args: list[str], out: Path, timeout: float = 600) -> dict[str, An
 
 def _build(precision: str, stage: int, workdir: str, epochs: int, options: dict[str, Any]) -> tuple[Any, Any, Any]:
     import lightning.pytorch as pl
-    import torch
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import DataLoader
 
     import precision_base
+    from precision_base.testing.launch import world_size
+    from precision_base.testing.models import TinyRegressor, regression_data
     from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
 
-    class Probe(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1))
-            self.register_buffer("offset", torch.zeros(1))
-            self.seen: dict[str, str] = {}
-            self.losses: list[float] = []
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            x, y = batch
-            hidden = self.net(x)
-            out = hidden + self.offset
-            self.seen.setdefault("input", str(x.dtype).replace("torch.", ""))
-            self.seen.setdefault("compute", str(hidden.dtype).replace("torch.", ""))
-            loss = nn.functional.mse_loss(out.float(), y.float())
-            self.losses.append(float(loss.detach()))
-            return loss
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.AdamW(self.parameters(), lr=1e-2)
-
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(BATCH * BATCHES_PER_RANK * 2, 16, generator=gen)
-    y = (x[:, :4].sum(dim=1, keepdim=True) * 0.5).tanh()
-    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=False)
-
+    loader = DataLoader(regression_data(16, BATCH * BATCHES_PER_RANK * 2), batch_size=BATCH, shuffle=False)
+    world_size()  # Lightning's teardown of the previous fit deleted WORLD_SIZE
     pl.seed_everything(1234, workers=True)
-    model = Probe()
+    model = TinyRegressor(features=16, hidden=32, optimizer="adamw", lr=1e-2)
     plugin = DeepSpeedPrecision(precision, **options)
     # three ways in: a strategy instance, strategy="auto" (Lightning's default ZeRO stage 2), a registry name
     strategy: Any = {1: DeepSpeedCPUStrategy(stage=1), 2: "auto", 3: "deepspeed_stage_3"}[stage]
@@ -149,35 +117,32 @@ def _fit(precision: str, stage: int, workdir: str, epochs: int, options: dict[st
     trainer.fit(model, loader, **fit_kwargs)
     facts = _engine_facts(trainer)
     facts["losses"] = model.losses
-    facts["seen"] = model.seen
+    name = lambda dt: str(dt).replace("torch.", "")  # noqa: E731
+    facts["seen"] = {"input": name(model.input_dtypes[0]), "compute": name(model.compute_dtypes[0])}
     facts["plugin"] = {"dtypes": dict(trainer.precision_plugin.dtypes().rows())}
     facts["global_step"] = trainer.global_step
     return trainer, facts
 
 
-def main() -> None:
+def train(args: dict[str, Any]) -> dict[str, Any] | None:
+    """Run inside each rank: ``args["argv"]`` are the options below; rank 0 returns the results."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--stage", type=int, required=True)
     parser.add_argument("--precisions", default=",".join(CPU_PRECISIONS))
     parser.add_argument("--options", default="{}", help="JSON keyword options for DeepSpeedPrecision")
     parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    options = json.loads(args.options)
+    opts = parser.parse_args(args["argv"])
+    options = json.loads(opts.options)
     results: dict[str, Any] = {}
-    root = Path(args.out).resolve().parent
-    for precision in args.precisions.split(","):
-        workdir = str(root / f"work-{precision}-{args.stage}")
+    root = Path(opts.out).resolve().parent
+    for precision in opts.precisions.split(","):
+        workdir = str(root / f"work-{precision}-{opts.stage}")
         ckpt = str(Path(workdir) / "after-save")
-        _, full = _fit(precision, args.stage, workdir, EPOCHS, options)
-        saver, first = _fit(precision, args.stage, workdir, SAVE_AFTER, options)
+        _, full = _fit(precision, opts.stage, workdir, EPOCHS, options)
+        saver, first = _fit(precision, opts.stage, workdir, SAVE_AFTER, options)
         saver.save_checkpoint(ckpt)
-        _, resumed = _fit(precision, args.stage, workdir, EPOCHS, options, ckpt_path=ckpt)
+        _, resumed = _fit(precision, opts.stage, workdir, EPOCHS, options, ckpt_path=ckpt)
         results[precision] = {"full": full, "first": first, "resumed": resumed}
     import torch.distributed as dist
 
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        Path(args.out).write_text(json.dumps(results))
-
-
-if __name__ == "__main__":
-    main()
+    return results if not dist.is_initialized() or dist.get_rank() == 0 else None

@@ -223,6 +223,18 @@ def bare2(out: Path) -> list[dict[str, Any]]:
         devices=2,
     )
     records.append(fit("lightning-plain-16-mixed-options", pl, trainer_cls, sharding, out, max_steps=5)[0])
+    # the user's own scaler, starting so high that the first steps overflow in fp16: it backs off by its own factor
+    user_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24, backoff_factor=0.125)
+    trainer_cls = partial(
+        pl.Trainer,
+        plugins=[FSDPPrecision("16-mixed", scaler=user_scaler)],
+        strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
+        accelerator="cpu",
+        devices=2,
+    )
+    record = fit("lightning-plain-16-mixed-user-scaler", pl, trainer_cls, sharding, out, max_steps=6)[0]
+    record["scaler_is_users"] = record.get("scaler") is not None and user_scaler.get_scale() == record["scales"][-1]
+    records.append(record)
     # pytorch_lightning.Trainer, pytorch_lightning's strategy, the plugin built for that namespace
     trainer_cls = partial(
         ptl.Trainer,

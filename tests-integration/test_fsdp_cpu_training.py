@@ -219,6 +219,17 @@ def test_plain_lightning_trainer_with_model_parallel_strategy_and_plugin_options
     assert run["scales"] == [1024.0, 4096.0, 4096.0, 16384.0, 16384.0], "x4 after every 2 clean steps"
 
 
+def test_plain_lightning_trainer_with_the_users_scaler(doors: DoorRuns) -> None:
+    """FSDPPrecision("16-mixed", scaler=GradScaler("cpu", init_scale=2**24, backoff_factor=0.125)): the user's scaler
+    is the one that skips the overflowing first steps and backs off by its own factor."""
+    run = doors("bare2")["lightning-plain-16-mixed-user-scaler"]
+    assert "error" not in run, run.get("error")
+    assert run["scaler_is_users"]
+    assert run["scales"][0] == 2.0**21, "the first step overflowed at 2**24 and backed off by 0.125"
+    assert all(math.isfinite(x) for x in run["losses"])
+    assert run["param_sums"][-1] != run["param_sums"][0], "once the scale fits, steps are taken"
+
+
 def test_pytorch_lightning_trainer_with_its_model_parallel_strategy(doors: DoorRuns) -> None:
     run = doors("bare2")["pytorch_lightning-bf16-mixed"]
     _trained(run)

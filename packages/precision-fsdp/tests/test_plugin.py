@@ -355,6 +355,14 @@ def test_pickles_without_the_connected_model(cpu_mesh: Any) -> None:
     assert clone.dtypes() == plugin.dtypes()
 
 
+def test_pytorch_lightning_instance_pickles() -> None:
+    plugin = precision_base.resolve("fsdp:16-mixed", namespace="pytorch_lightning", init_scale=64.0)
+    clone = pickle.loads(pickle.dumps(plugin))
+    assert type(clone) is type(plugin)
+    assert clone.state_dict() == plugin.state_dict()
+    assert type(clone).__qualname__ == "FSDPPrecision", "checkpoints key plugin state on this"
+
+
 def test_importing_the_package_does_not_import_torch() -> None:
     import subprocess
     import sys

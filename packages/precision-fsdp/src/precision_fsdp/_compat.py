@@ -66,20 +66,17 @@ def scaler_device(scaler: torch.amp.GradScaler) -> str:
     return str(scaler._device)
 
 
-OPTIMIZER_UNSCALES_ITSELF_ATTR: Final = "_step_supports_amp_scaling"
-"""Private optimizer attribute: ``True`` when ``step()`` unscales the gradients itself (fused optimizers); read by
-``torch.amp.GradScaler.step`` and by Lightning's precision plugins."""
-
-
-def optimizer_unscales_itself(optimizer: Any) -> bool:
-    """Whether ``optimizer.step()`` unscales gradients itself (so the plugin must not call ``unscale_``)."""
-    return bool(getattr(optimizer, OPTIMIZER_UNSCALES_ITSELF_ATTR, False))
-
-
 # -- Lightning: private or undocumented -----------------------------------------------------------------------------
 INPUT_DTYPE_ATTR: Final = "_desired_input_dtype"
 """Private attribute of Lightning's ``FSDPPrecision``: the dtype its ``convert_input`` casts to. Set for code that
 reads it from Lightning's built-in class."""
+
+
+LIGHTNING_SCALER_METHODS: Final = ("pre_backward", "optimizer_step")
+"""Undocumented behaviour relied on: these methods of Lightning's ``FSDPPrecision`` scale the loss, unscale, step and
+update with whatever ``self.scaler`` holds (or skip scaling when it is ``None``). The plugin sets ``self.scaler`` to
+the scaler it builds (``torch.amp.GradScaler`` for FSDP2, ``ShardedGradScaler`` for FSDP1) and calls them through
+``super()``."""
 
 
 def set_lightning_input_dtype(plugin: Any, dtype: torch.dtype) -> None:
@@ -206,9 +203,11 @@ def _check_scaler_device() -> Optional[str]:
         return "attribute is gone"
 
 
-def _check_unscales_itself() -> Optional[str]:
-    source = inspect.getsource(torch.amp.GradScaler.step)
-    return None if OPTIMIZER_UNSCALES_ITSELF_ATTR in source else "torch.amp.GradScaler.step no longer reads it"
+def _check_lightning_scaler_use() -> Optional[str]:
+    cls = _lightning_fsdp_precision()
+    uses = [name for name in LIGHTNING_SCALER_METHODS if "self.scaler" in inspect.getsource(getattr(cls, name))]
+    missing = sorted(set(LIGHTNING_SCALER_METHODS) - set(uses))
+    return f"{missing} no longer use self.scaler" if missing else None
 
 
 def _lightning_fsdp_precision() -> Any:
@@ -267,7 +266,10 @@ FENCED: Final[tuple[Fenced, ...]] = (
     Fenced("torch.distributed.fsdp.FullyShardedDataParallel.clip_grad_norm_", _check_fsdp1_clip),
     Fenced(f"{SHARDED_GRAD_SCALER_MODULE}.ShardedGradScaler", _check_sharded_scaler),
     Fenced("torch.amp.GradScaler._device", _check_scaler_device),
-    Fenced(f"torch.optim.Optimizer.{OPTIMIZER_UNSCALES_ITSELF_ATTR}", _check_unscales_itself),
+    Fenced(
+        "lightning.pytorch.plugins.precision.FSDPPrecision.pre_backward/optimizer_step use self.scaler",
+        _check_lightning_scaler_use,
+    ),
     Fenced(f"lightning.pytorch.plugins.precision.FSDPPrecision.{INPUT_DTYPE_ATTR}", _check_input_dtype_attr),
     Fenced(
         "lightning.pytorch.strategies.ModelParallelStrategy." + "/".join(MODEL_PARALLEL_SIZE_ATTRS),

@@ -236,3 +236,20 @@ def test_throughput_monitor_sees_the_compute_dtype(
     monitor.setup(trainer, _module(namespace), stage="fit")
     assert asked == [precision_dtype(precision)]
     assert plugin.dtypes().compute == str(asked[0]).removeprefix("torch.")
+
+
+def test_resolve_for_pytorch_lightning_builds_that_namespaces_classes() -> None:
+    """The same code, built for ``pytorch_lightning``: plugin, CPU strategy choice, pickling."""
+    import pickle
+
+    import pytorch_lightning
+
+    import precision_base
+
+    plugin = precision_base.resolve("deepspeed:bf16", namespace="pytorch_lightning")
+    assert isinstance(plugin, pytorch_lightning.plugins.precision.DeepSpeedPrecision)
+    assert type(plugin).__qualname__ == "DeepSpeedPrecision"  # checkpoints stay portable
+    strategy = plugin.configure_strategy("auto", accelerator="cpu", devices=2)
+    assert isinstance(strategy, pytorch_lightning.strategies.DeepSpeedStrategy)
+    assert type(strategy) is for_namespace(DeepSpeedCPUStrategy, "pytorch_lightning")
+    assert type(pickle.loads(pickle.dumps(plugin))) is type(plugin)

@@ -286,7 +286,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         section = state_dict.get("deepspeed_config_section")
         if isinstance(section, Mapping) and engine_mode(section) != engine_mode(self.precision_section()):
             saved = SavedPrecision(engine_mode(section), state_dict.get("precision"))
-            raise CheckpointPrecisionError(mismatch_error("(single file)", saved, self.spec, self.precision_section()))
+            raise CheckpointPrecisionError(mismatch_error(None, saved, self.spec, self.precision_section()))
 
     @override
     def backward(  # type: ignore[override]

@@ -105,12 +105,13 @@ def saved_precision(checkpoint: Any) -> Optional[SavedPrecision]:
 
 
 def mismatch_error(checkpoint: Any, saved: SavedPrecision, spec: str, section: Mapping[str, Any]) -> str:
-    """The message refusing to resume ``checkpoint`` (saved as ``saved``) under the plugin ``spec``."""
+    """The message refusing to resume ``checkpoint`` (saved as ``saved``; ``None``: not known) under ``spec``."""
     mode = engine_mode(section)
     wanted = spec.partition(":")[2]
+    where = "this checkpoint" if checkpoint is None else f"the DeepSpeed checkpoint {str(checkpoint)!r}"
     suggestion = saved.precision or _MODE_PRECISIONS.get(saved.mode, saved.mode)
     return (
-        f"cannot resume the DeepSpeed checkpoint {str(checkpoint)!r} under {spec} (DeepSpeed {mode} mode): it was "
+        f"cannot resume {where} under {spec} (DeepSpeed {mode} mode): it was "
         f"saved under {saved.describe()}. DeepSpeed's optimizer and loss-scaler state belong to the mode they were "
         f"saved in; resuming under {wanted} would fail in DeepSpeed's loader or silently change the numerics. Resume "
         f"with the precision it was saved with ({suggestion}), or start a new run from its weights only: "

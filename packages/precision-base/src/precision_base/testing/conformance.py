@@ -1,4 +1,8 @@
-"""The checks of the conformance kit; see :mod:`precision_base.testing` for how to use them."""
+"""The checks of the conformance kit; see :mod:`precision_base.testing` for how to use them.
+
+Every check asserts with a message that names the plugin, the precision and what was expected, so a failure reads
+on its own without pytest's assertion rewriting.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,17 @@ import pytest
 
 from precision_base.contract import CONTRACT_VERSION, DtypeTable, PluginInfo, PrecisionPlugin
 from precision_base.errors import InvalidSpecError, UnsupportedPrecisionError
-from precision_base.registry import default_registry, get_entry, resolve
-from precision_base.spec import PRECISIONS
+from precision_base.registry import _lightning_before_mixin, default_registry, get_entry, resolve
+from precision_base.spec import MIXED_PRECISIONS, PRECISIONS
+
+PRECISION_DTYPE: dict[str, str] = {
+    "32-true": "float32",
+    "16-true": "float16",
+    "bf16-true": "bfloat16",
+    "16-mixed": "float16",
+    "bf16-mixed": "bfloat16",
+}
+"""The dtype each precision computes in (kept torch-free here; the kit checks it against the plugin's table)."""
 
 _NOT_A_PRECISION = ("64-true", "fp8", "BF16-MIXED", "")
 
@@ -23,6 +36,17 @@ def _dtype(name: str) -> Any:
     if not isinstance(value, torch.dtype):
         raise AssertionError(f"{name!r} is not the name of a torch dtype")
     return value
+
+
+def _raises(kind: type[BaseException], call: Any, what: str) -> None:
+    """Fail with a sentence unless ``call()`` raises ``kind``."""
+    try:
+        call()
+    except kind:
+        return
+    except Exception as exc:
+        raise AssertionError(f"{what} raised {type(exc).__name__}: {exc}; expected {kind.__name__}") from exc
+    raise AssertionError(f"{what} did not raise; expected {kind.__name__}")
 
 
 def _assert_same_state(left: Any, right: Any, where: str = "state") -> None:
@@ -46,6 +70,9 @@ class PluginConformance:
     backend: ClassVar[str]
     plugin_info: ClassVar[Optional[PluginInfo]] = None
     plugin_class: ClassVar[Optional[type]] = None
+    module_cast_by_strategy: ClassVar[bool] = False
+    """Set True only when the strategy, not the plugin, casts the module to the compute dtype (DeepSpeed's engine
+    does): the compute check then casts the module itself, standing in for the strategy."""
 
     # -- collection -------------------------------------------------------------------------------------
     @classmethod
@@ -92,14 +119,60 @@ class PluginConformance:
     # -- the checks -------------------------------------------------------------------------------------
     def test_declared_info_matches_class(self, plugin_cls: Any) -> None:
         info = get_entry(self.backend).info
-        assert info is not None
-        assert issubclass(plugin_cls, PrecisionPlugin)
-        assert plugin_cls.backend == info.backend == self.backend
-        assert tuple(plugin_cls.precisions) == tuple(info.precisions)
-        assert plugin_cls.contract_version == info.contract_version == CONTRACT_VERSION
+        name = getattr(plugin_cls, "__qualname__", plugin_cls)
+        assert info is not None, f"backend {self.backend!r} has no PluginInfo"
+        assert issubclass(plugin_cls, PrecisionPlugin), f"{name} does not derive from precision_base.PrecisionPlugin"
+        assert plugin_cls.backend == info.backend == self.backend, (
+            f"{name}.backend={plugin_cls.backend!r}, PluginInfo.backend={info.backend!r}, kit backend={self.backend!r}"
+        )
+        assert tuple(plugin_cls.precisions) == tuple(info.precisions), (
+            f"{name}.precisions={tuple(plugin_cls.precisions)} but PluginInfo.precisions={tuple(info.precisions)}"
+        )
+        assert plugin_cls.contract_version == info.contract_version == CONTRACT_VERSION, (
+            f"contract versions differ: class {plugin_cls.contract_version}, info {info.contract_version}, "
+            f"precision-base {CONTRACT_VERSION}"
+        )
         if self.plugin_class is None:  # installed plugin: the declared class path must lead to this very class
             module, _, qualname = info.plugin_class.partition(":")
-            assert (plugin_cls.__module__, plugin_cls.__qualname__) == (module, qualname)
+            assert (plugin_cls.__module__, plugin_cls.__qualname__) == (module, qualname), (
+                f"PluginInfo.plugin_class={info.plugin_class!r} but the class is "
+                f"{plugin_cls.__module__}:{plugin_cls.__qualname__}"
+            )
+
+    def test_bases_in_order(self) -> None:
+        """The PrecisionPlugin mixin must come before Lightning's Precision, or its connect() never runs."""
+        cls: Any = self.plugin_class
+        if cls is None:  # imported directly: resolve() would refuse a class in the wrong order before we see it
+            info = get_entry(self.backend).info
+            assert info is not None, f"backend {self.backend!r} has no PluginInfo"
+            import importlib
+
+            module, _, qualname = info.plugin_class.partition(":")
+            cls = importlib.import_module(module)
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+        assert isinstance(cls, type), f"{cls!r} is not a class"
+        wrong = _lightning_before_mixin(cls)
+        assert wrong is None, (
+            f"{cls.__qualname__} lists {wrong.__module__}.{wrong.__qualname__} before precision_base.PrecisionPlugin "
+            "in its bases (MRO), so PrecisionPlugin.connect() never runs and autocast stays on the wrong device; "
+            f"write class {cls.__qualname__}(<PrecisionPlugin mixin>, {getattr(wrong, '__qualname__', wrong)})"
+        )
+
+    def test_info_and_package_import_nothing_heavy(self) -> None:
+        """Listing must stay cheap: the info module and the package __init__ import no torch/Lightning/DeepSpeed."""
+        from precision_base.import_check import heavy_imports
+
+        entry = get_entry(self.backend)
+        if entry.entry_point:
+            module, _, attr = entry.entry_point.partition(":")
+            where = f"{self.backend} ({entry.entry_point})"
+        else:  # registered in-process: its package is what a user imports
+            assert entry.info is not None, f"backend {self.backend!r} has no PluginInfo"
+            module, attr = entry.info.plugin_class.partition(":")[0], ""
+            where = f"{self.backend} (package of {entry.info.plugin_class})"
+        problems = heavy_imports(module, attr.strip()).problems(where)
+        assert not problems, "; ".join(problems)
 
     def test_is_a_lightning_precision(self, plugin: Any) -> None:
         from lightning.pytorch.plugins.precision import Precision
@@ -107,21 +180,21 @@ class PluginConformance:
         assert isinstance(plugin, Precision), f"{type(plugin).__name__} is not a lightning.pytorch Precision"
 
     def test_constructs_by_name(self, plugin: Any, plugin_cls: Any, precision: str) -> None:
-        assert type(plugin) is plugin_cls
-        assert plugin.precision == precision
+        assert type(plugin) is plugin_cls, f"resolve() built {type(plugin).__qualname__}, expected {plugin_cls}"
+        assert plugin.precision == precision, f"resolve('{self.backend}:{precision}').precision == {plugin.precision!r}"
 
     def test_constructs_by_class(self, plugin_cls: Any, precision: str) -> None:
-        assert plugin_cls(precision).precision == precision
+        built = plugin_cls(precision).precision
+        assert built == precision, f"{plugin_cls.__qualname__}({precision!r}).precision == {built!r}"
 
     def test_rejects_unknown_precisions(self, plugin_cls: Any) -> None:
+        name = plugin_cls.__qualname__
         for bad in _NOT_A_PRECISION:
-            with pytest.raises(ValueError):
-                plugin_cls(bad)
-        with pytest.raises(InvalidSpecError):
-            resolve(f"{self.backend}:64")
-        for missing in set(PRECISIONS) - set(self._declared_precisions()):
-            with pytest.raises(UnsupportedPrecisionError, match=self.backend):
-                resolve(f"{self.backend}:{missing}")
+            _raises(ValueError, lambda bad=bad: plugin_cls(bad), f"{name}({bad!r})")
+        _raises(InvalidSpecError, lambda: resolve(f"{self.backend}:64"), f"resolve('{self.backend}:64')")
+        for missing in sorted(set(PRECISIONS) - set(self._declared_precisions())):
+            spec = f"{self.backend}:{missing}"
+            _raises(UnsupportedPrecisionError, lambda spec=spec: resolve(spec), f"resolve({spec!r})")
 
     def test_dtype_table_names_torch_dtypes(self, table: DtypeTable) -> None:
         for role, name in table.rows():
@@ -129,26 +202,81 @@ class PluginConformance:
                 continue
             _dtype(name)
 
+    def test_dtype_table_is_consistent(self, table: DtypeTable, precision: str) -> None:
+        """What any plugin's table must say for ``precision``, whatever the backend."""
+        want = PRECISION_DTYPE[precision]
+        where = f"{self.backend}:{precision} dtypes()"
+        problems = []
+        if table.compute != want:
+            problems.append(f"compute is {table.compute}, but {precision} computes in {want}")
+        if table.autocast is not None and table.autocast != table.compute:
+            problems.append(f"autocast is {table.autocast} but compute is {table.compute}")
+        if precision in MIXED_PRECISIONS:
+            if table.parameters != "float32":
+                problems.append(f"parameters are {table.parameters}; {precision} keeps float32 parameters")
+            if table.autocast is None and not self.module_cast_by_strategy:
+                problems.append(
+                    f"autocast is None, so nothing makes {precision} compute in {want} (set the kit's "
+                    "module_cast_by_strategy only if the strategy casts the module, as DeepSpeed's engine does)"
+                )
+        else:
+            if table.autocast is not None:
+                problems.append(f"autocast is {table.autocast}, but {precision} does not autocast")
+            if table.init != want:
+                problems.append(f"init (parameters after convert_module) is {table.init}; {precision} means {want}")
+        for role in ("reduction", "buffers", "inputs"):
+            if getattr(table, role) not in ("float32", want):
+                problems.append(f"{role} is {getattr(table, role)}; expected float32 or {want}")
+        assert not problems, f"{where}: " + "; ".join(problems)
+
     def test_convert_input(self, plugin: Any, table: DtypeTable) -> None:
         import torch
 
         batch = {"x": torch.ones(2, dtype=torch.float32), "index": torch.arange(2)}
         out = plugin.convert_input(batch)
-        assert out["x"].dtype == _dtype(table.inputs)
+        assert out["x"].dtype == _dtype(table.inputs), (
+            f"convert_input turned a float32 tensor into {out['x'].dtype}; the table says inputs={table.inputs}"
+        )
         assert out["index"].dtype == torch.int64, "convert_input must leave integer tensors alone"
 
     def test_convert_output(self, plugin: Any, table: DtypeTable) -> None:
         import torch
 
         out = plugin.convert_output({"y": torch.ones(2, dtype=_dtype(table.compute)), "n": torch.arange(2)})
-        assert out["y"].dtype == torch.get_default_dtype()
-        assert out["n"].dtype == torch.int64
+        assert out["y"].dtype == torch.get_default_dtype(), (
+            f"convert_output left a {table.compute} tensor as {out['y'].dtype}; expected the default dtype"
+        )
+        assert out["n"].dtype == torch.int64, "convert_output must leave integer tensors alone"
 
     def test_convert_module(self, plugin: Any, table: DtypeTable) -> None:
         import torch
 
         module = plugin.convert_module(torch.nn.Linear(4, 4))
-        assert {p.dtype for p in module.parameters()} == {_dtype(table.init)}
+        found = {p.dtype for p in module.parameters()}
+        assert found == {_dtype(table.init)}, (
+            f"parameters after convert_module are {sorted(map(str, found))}; the table says init={table.init}"
+        )
+
+    def test_compute_dtype_of_a_real_matmul(self, plugin: Any, table: DtypeTable, precision: str) -> None:
+        """convert_module, convert_input, then a Linear layer under forward_context: its output is the compute dtype."""
+        import torch
+
+        module = plugin.convert_module(torch.nn.Linear(8, 8))
+        if self.module_cast_by_strategy and table.autocast is None:
+            module = module.to(_dtype(table.compute))  # stands in for the strategy (e.g. DeepSpeed's engine)
+        x = plugin.convert_input(torch.randn(4, 8))
+        try:
+            with plugin.forward_context():
+                y = module(x)
+        except RuntimeError as exc:
+            raise AssertionError(
+                f"{self.backend}:{precision}: a Linear layer after convert_module/convert_input failed under "
+                f"forward_context: {exc}"
+            ) from exc
+        assert y.dtype == _dtype(table.compute), (
+            f"{self.backend}:{precision}: a matmul under forward_context computed in {y.dtype}; the table says "
+            f"compute={table.compute}"
+        )
 
     def test_init_contexts(self, plugin: Any, table: DtypeTable) -> None:
         import torch
@@ -158,8 +286,12 @@ class PluginConformance:
             module = torch.nn.Linear(4, 4)
         with plugin.tensor_init_context():
             tensor = torch.empty(3)
-        assert module.weight.dtype == _dtype(table.init)
-        assert tensor.dtype == _dtype(table.init)
+        assert module.weight.dtype == _dtype(table.init), (
+            f"a module made under module_init_context has {module.weight.dtype} weights; table init={table.init}"
+        )
+        assert tensor.dtype == _dtype(table.init), (
+            f"a tensor made under tensor_init_context is {tensor.dtype}; table init={table.init}"
+        )
         assert torch.get_default_dtype() == default, "init contexts must restore the default dtype"
 
     def test_forward_context(self, plugin: Any, table: DtypeTable) -> None:
@@ -174,20 +306,24 @@ class PluginConformance:
             f"forward_context autocast on cpu: enabled={enabled}, table says autocast={table.autocast}"
         )
         if table.autocast is not None:
-            assert autocast_dtype == _dtype(table.autocast)
-            assert product.dtype == _dtype(table.compute)
+            assert autocast_dtype == _dtype(table.autocast), (
+                f"forward_context autocasts to {autocast_dtype}; the table says autocast={table.autocast}"
+            )
+            assert product.dtype == _dtype(table.compute), (
+                f"a float32 matmul under forward_context computed in {product.dtype}; table compute={table.compute}"
+            )
         assert not torch.is_autocast_enabled("cpu"), "forward_context must leave autocast as it found it"
 
     def test_state_dict_round_trip(self, plugin: Any, plugin_cls: Any, precision: str) -> None:
         state = plugin.state_dict()
-        assert isinstance(state, dict)
+        assert isinstance(state, dict), f"state_dict() returned {type(state).__name__}, expected a dict"
         fresh = plugin_cls(precision)
         fresh.load_state_dict(state)
         _assert_same_state(fresh.state_dict(), state)
 
     def test_pickles(self, plugin: Any, table: DtypeTable) -> None:
         clone = pickle.loads(pickle.dumps(plugin))
-        assert type(clone) is type(plugin)
-        assert clone.precision == plugin.precision
-        assert clone.dtypes() == table
+        assert type(clone) is type(plugin), f"unpickled as {type(clone)}, expected {type(plugin)}"
+        assert clone.precision == plugin.precision, f"unpickled precision {clone.precision!r} != {plugin.precision!r}"
+        assert clone.dtypes() == table, "dtypes() differ after pickling"
         _assert_same_state(clone.state_dict(), plugin.state_dict())

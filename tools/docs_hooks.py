@@ -367,9 +367,9 @@ def _result(cell: dict[str, Any], notes: list[str]) -> str:
     tests = cell.get("tests") or {}
     if cell["status"] == "passed":
         skipped = f", {tests['skipped']} skipped" if tests.get("skipped") else ""
-        return f"✅ {tests.get('tests', 0) - tests.get('skipped', 0)} passed{skipped}"
+        return f"{tests.get('tests', 0) - tests.get('skipped', 0)} passed{skipped}"
     notes.append(f"`{cell['session']}`: {_md_escape(cell.get('reason') or cell['status'])}")
-    return f"❌ {cell['status']} [^{len(notes)}]"
+    return f"**{cell['status'].upper()}** [^{len(notes)}]"
 
 
 def gen_compatibility(_: str | None) -> str:
@@ -445,6 +445,18 @@ BENCHMARKS = {
 }
 
 
+def _overhead_verdict(findings: list[str]) -> str:
+    """One sentence from an overhead benchmark's findings: where ours differs from Lightning's built-in."""
+    against_builtin = [re.sub(r":\s*(slower|faster) beyond.*", r" (\1)", f) for f in findings if "ours/builtin" in f]
+    if not against_builtin:
+        return "Against Lightning's built-in: the same within the 95% interval at every precision."
+    return (
+        "Against Lightning's built-in: the same within the 95% interval, in every round, except "
+        + "; ".join(_md_escape(f) for f in against_builtin)
+        + "."
+    )
+
+
 def gen_bench_glance(_: str | None) -> str:
     """Each committed benchmark's chart, with what its run found (the result file's ``findings``, written by the
     benchmark from its numbers), ahead of the tables."""
@@ -458,13 +470,11 @@ def gen_bench_glance(_: str | None) -> str:
         out.append(f"### [{title}]({name}.md)\n")
         if (folder / f"{name}.png").is_file():
             out.append(f"![{title}]({name}.png)\n")
-        if name.startswith("overhead") and not findings:
-            findings = ["every precision: ours is the same as the built-in within the 95% interval"]
-        elif name.startswith("overhead"):
-            findings = [f"beyond the 95% interval, in every round: {f}" for f in findings]
-        out += [f"- {_md_escape(f)}" for f in findings[:4]]
-        if len(findings) > 4:
-            out.append(f"- ... {len(findings) - 4} more on [its page]({name}.md)")
+        if name.startswith("overhead"):
+            out.append(f"- {_overhead_verdict(findings)}")
+        else:
+            out += [f"- {_md_escape(f)}" for f in findings[:2]]
+        out.append(f"- Details: [{name}]({name}.md)")
         out.append("")
     return "\n".join(out)
 
@@ -676,7 +686,8 @@ def _cells(row: str) -> list[str]:
 
 
 def _min_width(cell: str) -> float:
-    """The narrowest a cell can be: its longest code span (never wrapped) or word."""
+    """The narrowest a cell can be: its longest code span (never wrapped) or word (links count by their text)."""
+    cell = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", cell)
     tokens = re.findall(r"`[^`]*`", cell) + re.sub(r"`[^`]*`", " ", cell).split()
     longest = max((len(re.sub(r"[*\\\[\]]|\(\S*?\)", "", t)) for t in tokens), default=0)
     return longest * CHAR_PX + CELL_PADDING_PX

@@ -13,10 +13,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-def run_example(name: str, cwd: Path) -> str:
+def run_example(name: str, cwd: Path, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(HERE), "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
     done = subprocess.run(
-        [sys.executable, str(HERE / name)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(HERE / name), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
@@ -29,10 +29,27 @@ def run_example(name: str, cwd: Path) -> str:
         ("quick_fsdp.py", "FSDP2Strategy fsdp:bf16-mixed"),
         ("quick_deepspeed.py", "DeepSpeedCPUStrategy {'enabled': True}"),
         ("fsdp2_custom_sharding.py", "FSDP2Strategy fsdp:bf16-mixed"),
+        ("plugin_options.py", "fsdp:16-mixed FSDPPrecision"),
+        ("own_trainer.py", "MyTrainer fsdp:bf16-mixed"),
+        ("pytorch_lightning_trainer.py", "True fsdp:bf16-mixed"),
     ],
 )
 def test_training_example_runs(name: str, expected: str, tmp_path: Path) -> None:
     assert expected in run_example(name, tmp_path)
+
+
+@pytest.mark.slow
+def test_lightning_cli_takes_the_name(tmp_path: Path) -> None:
+    args = [
+        "fit",
+        "--trainer.precision_plugin",
+        "fsdp:bf16-mixed",
+        "--trainer.max_steps",
+        "2",
+        "--trainer.logger",
+        "false",
+    ]
+    assert "fsdp:bf16-mixed" in run_example("cli_train.py", tmp_path, *args).splitlines()[-1]
 
 
 def test_precision_pitfalls_print_what_the_guide_says(tmp_path: Path) -> None:

@@ -344,3 +344,36 @@ def test_listing_runs_the_info_module_but_not_the_package_init(site: Site) -> No
     assert info_marker.read_text() == "info", "the info module runs once per discovery"
     reg.resolve("sidefx:32-true")  # resolving imports the plugin class the normal way: its package runs
     assert init_marker.read_text() == "init"
+
+
+def test_the_issues_impostor_registration_is_refused() -> None:
+    """Issue 13: code in any installed plugin calling register(fsdp, distribution="precision-fsdp", replace=True)."""
+    pytest.importorskip("precision_fsdp")
+    reg = Registry()  # the real entry-point group, where precision-fsdp is installed
+    impostor = PluginInfo(backend="fsdp", precisions=("bf16-mixed",), plugin_class="evil.plugin:Evil")
+    with pytest.raises(RegistrationError) as raised:
+        reg.register(impostor, distribution="precision-fsdp", version="0.1.0", replace=True)
+    assert str(raised.value).startswith(
+        "register(): distribution='precision-fsdp' names the installed distribution precision-fsdp "
+    )
+    assert reg.entry("fsdp").origin == "installed"
+
+
+def test_resolve_refuses_bases_in_the_wrong_order() -> None:
+    lightning = pytest.importorskip("lightning.pytorch.plugins.precision")
+    from precision_base import PrecisionPlugin
+
+    class WrongOrder(lightning.Precision, PrecisionPlugin):  # type: ignore[misc]
+        backend = "wrong"
+        precisions = ("32-true",)
+
+        def __init__(self, precision: str) -> None:
+            self.precision = precision
+
+    reg = Registry(group="precision_base.tests.none")
+    reg.register(PluginInfo(backend="wrong", precisions=("32-true",), plugin_class="x:Y"), plugin_class=WrongOrder)
+    with pytest.raises(InvalidPluginInfoError) as raised:
+        reg.resolve("wrong:32-true")
+    assert "WrongOrder lists lightning.pytorch.plugins.precision.precision.Precision before " in str(raised.value)
+    assert "so the mixin's connect() never runs" in str(raised.value)
+    assert [e.status for e in reg.entries()] == ["broken"]

@@ -86,7 +86,10 @@ def test_other_plugins_are_kept(dummy_registered: type) -> None:
 
 
 def test_incompatible_strategy_is_refused_in_init(dummy_registered: type) -> None:
-    with pytest.raises(TrainerConfigurationError, match="strategy='fsdp' is not supported"):
+    with pytest.raises(
+        TrainerConfigurationError,
+        match=r"precision plugin 'dummy:bf16-mixed' cannot work with strategy='fsdp'\. The dummy plugin cannot shard",
+    ):
         Trainer(precision_plugin="dummy:bf16-mixed", strategy="fsdp", accelerator="cpu", **QUIET)
 
 

@@ -1,5 +1,8 @@
 """DummyPrecision: a plain-PyTorch precision plugin for non-sharded strategies, enough to exercise precision-base.
 
+It follows the plugin rule: all code in :class:`DummyPrecisionImpl` (no Lightning base), and :class:`DummyPrecision`
+only lists the bases, so ``precision_base.namespaces.for_namespace`` builds it for ``pytorch_lightning`` too.
+
 Its entry is :data:`precision_base.testing.dummy.INFO`. Imports torch and Lightning. Precisions: ``32-true``
 (everything float32), ``bf16-true`` (module, inputs and init in bfloat16) and ``bf16-mixed`` (float32 storage,
 bfloat16 autocast on the trainer's device type).
@@ -8,30 +11,35 @@ bfloat16 autocast on the trainer's device type).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
+import lightning.pytorch as pl
 import torch
-from lightning.pytorch.plugins.precision import Precision
 from typing_extensions import override
 
-from precision_base import DtypeTable, PrecisionPlugin, TrainerConfigurationError
+from precision_base import DtypeTable, PrecisionPlugin
 from precision_base.casting import cast_floating, default_dtype
+from precision_base.namespaces import namespace_of
+from precision_base.plugin_support import registered_strategy_class, wrong_strategy_error
 
-__all__ = ["DummyPrecision"]
+if TYPE_CHECKING:
+    from lightning.pytorch.plugins.precision import Precision as _LightningBase
+else:
+    _LightningBase = object  # at run time the concrete class supplies Lightning's Precision of its namespace
+
+__all__ = ["DummyPrecision", "DummyPrecisionImpl"]
 
 _LOW = {"32-true": torch.float32, "bf16-true": torch.bfloat16, "bf16-mixed": torch.float32}
 
 
-class DummyPrecision(PrecisionPlugin, Precision):  # type: ignore[misc]
-    """The dummy backend's plugin; refuses sharded strategies in ``configure_strategy``."""
+class DummyPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
+    """The dummy backend's code; refuses sharded strategies in ``configure_strategy``."""
 
     backend = "dummy"
     precisions = ("32-true", "bf16-true", "bf16-mixed")
 
     def __init__(self, precision: str, *, note: str = "") -> None:
-        if precision not in self.precisions:
-            raise ValueError(f"DummyPrecision does not support {precision!r}; use one of {self.precisions}")
-        self.precision = precision
+        self.precision = self.canonical_precision(precision)
         self.note = note
 
     @override
@@ -41,10 +49,6 @@ class DummyPrecision(PrecisionPlugin, Precision):  # type: ignore[misc]
     @override
     def convert_input(self, data: Any) -> Any:
         return cast_floating(data, _LOW[self.precision])
-
-    @override
-    def convert_output(self, data: Any) -> Any:
-        return cast_floating(data, torch.get_default_dtype())
 
     @override
     def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
@@ -74,9 +78,19 @@ class DummyPrecision(PrecisionPlugin, Precision):  # type: ignore[misc]
         )
 
     def configure_strategy(self, strategy: Union[str, Any], *, accelerator: Any, devices: Any) -> Any:
-        name = strategy if isinstance(strategy, str) else type(strategy).__name__.lower()
-        if name.startswith(("fsdp", "deepspeed", "modelparallel")):
-            raise TrainerConfigurationError(
-                f"the dummy plugin cannot shard: strategy={strategy!r} is not supported; pass strategy='auto' or 'ddp'"
+        strategies: Any = self.lightning.strategies
+        sharded = (strategies.FSDPStrategy, strategies.DeepSpeedStrategy, strategies.ModelParallelStrategy)
+        cls = (
+            registered_strategy_class(strategy, namespace_of(self) or "")
+            if isinstance(strategy, str)
+            else type(strategy)
+        )
+        if cls is not None and issubclass(cls, sharded):
+            raise wrong_strategy_error(
+                self.spec, strategy, "The dummy plugin cannot shard: pass strategy='auto' or 'ddp'."
             )
         return strategy
+
+
+class DummyPrecision(DummyPrecisionImpl, pl.plugins.precision.Precision):  # type: ignore[misc]
+    """The dummy backend's plugin for ``lightning.pytorch``."""

@@ -214,6 +214,14 @@ def test_fsdp1_is_kept_on_gpus() -> None:
     assert FSDPPrecision("bf16-mixed").configure_strategy(given, accelerator="gpu", devices=2) is given
 
 
+def test_fsdp_strategy_with_its_own_mixed_precision_is_refused() -> None:
+    from torch.distributed.fsdp import MixedPrecision
+
+    strategy = FSDPStrategy(mixed_precision=MixedPrecision(param_dtype=torch.float16))
+    with pytest.raises(TrainerConfigurationError, match=r"mixed_precision=\.\.\.\) would replace the plugin's dtypes"):
+        FSDPPrecision("bf16-mixed").configure_strategy(strategy, accelerator="cuda", devices=2)
+
+
 def test_model_parallel_strategy_is_accepted_on_cpu() -> None:
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
     assert FSDPPrecision("bf16-mixed").configure_strategy(strategy, accelerator="cpu", devices=2) is strategy

@@ -5,7 +5,8 @@
   on CPU (gloo) as well as on GPUs, so one default behaves the same everywhere, and its per-parameter DTensor
   sharding gives the exact global norm for clip-by-norm. The model is sharded by a default policy unless the
   LightningModule shards it in ``configure_model``.
-* FSDP1 stays one word away: ``strategy="fsdp"`` (or any ``FSDPStrategy``) on CUDA GPUs.
+* FSDP1 stays one word away: ``strategy="fsdp"`` (or any ``FSDPStrategy``) on CUDA GPUs; an ``FSDPStrategy`` whose
+  ``mixed_precision=`` would silently replace the plugin's dtypes is refused.
 * any ``ModelParallelStrategy`` (FSDP2 with your own ``configure_model``) is accepted on any accelerator.
 * anything else (``"ddp"``, ``"deepspeed"`` ...) is refused, naming what to pass instead.
 """
@@ -67,6 +68,14 @@ def choose_strategy(
     if isinstance(strategy, fsdp1):
         if uses_cpu(accelerator):
             raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(accelerator))
+        if getattr(strategy, "mixed_precision", None) is not None:
+            raise wrong_strategy_error(
+                spec,
+                strategy,
+                "FSDPStrategy(mixed_precision=...) would replace the plugin's dtypes (Lightning's FSDPStrategy prefers "
+                "it to the plugin's mixed_precision_config). Remove mixed_precision= and choose the dtypes on the "
+                "plugin (its precision, reduce_dtype=...).",
+            )
         return strategy
     if isinstance(strategy, model_parallel):
         return strategy

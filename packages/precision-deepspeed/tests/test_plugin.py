@@ -297,3 +297,31 @@ def test_overflow_storm_at_the_lowest_loss_scale_stops_clearly() -> None:
     text = str(info.value)
     assert text.startswith("Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.")
     assert "Under deepspeed:16-mixed every step overflowed at DeepSpeed's lowest loss scale (min_loss_scale=1)" in text
+
+
+class Validates(Tiny):
+    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+        (x,) = batch
+        loss = self.layer(x).float().pow(2).mean()
+        self.log("val_loss", loss)
+        return loss
+
+
+@pytest.mark.slow
+def test_checkpoint_of_another_precision_resumes_no_training_but_evaluates(tmp_path: Any) -> None:
+    from precision_deepspeed.resume import CheckpointPrecisionError
+
+    data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+    ckpt = str(tmp_path / "bf16.ckpt")
+    _fit(Validates(), "deepspeed:bf16-mixed").save_checkpoint(ckpt)
+    quiet: dict[str, Any] = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                                 enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer = precision_base.Trainer(precision_plugin="deepspeed:32-true", max_steps=4, **quiet)
+    with pytest.raises(
+        CheckpointPrecisionError, match=r"under deepspeed:32-true \(DeepSpeed fp32 mode\): it was saved"
+    ):
+        trainer.fit(Validates(), data, ckpt_path=ckpt)
+    metrics = precision_base.Trainer(precision_plugin="deepspeed:32-true", **quiet).validate(
+        Validates(), data, ckpt_path=ckpt
+    )
+    assert metrics[0]["val_loss"] >= 0

@@ -139,6 +139,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
             tuple(autocast_lower_precision_safe_modules) if autocast_lower_precision_safe_modules is not None else None
         )
         self._configured_clip: Optional[float] = None
+        self._fitting = True
         self._warned: set[str] = set()
 
     # -- the DeepSpeed config ---------------------------------------------------------------------------
@@ -264,6 +265,8 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         strategy = getattr(trainer, "strategy", None)
         if strategy is not None:
             self._configured_clip = write_plugin_config(strategy)
+        # evaluating a checkpoint in another precision is fine; only resuming training is checked (load_state_dict)
+        self._fitting = getattr(getattr(trainer, "state", None), "fn", "fit") == "fit"
         return result
 
     @override
@@ -274,7 +277,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Check a checkpoint's recorded precision against the plugin's.
+        """Check a checkpoint's recorded precision against the plugin's when training resumes from it.
 
         Lightning calls this after the strategy restored the engine, so it catches what DeepSpeed's loader lets
         through (fp16 <-> fp32, torch_autocast <-> fp32) with Lightning's own ``DeepSpeedStrategy`` and single-file
@@ -284,7 +287,11 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
             precision_deepspeed.resume.CheckpointPrecisionError: the recorded DeepSpeed mode differs.
         """
         section = state_dict.get("deepspeed_config_section")
-        if isinstance(section, Mapping) and engine_mode(section) != engine_mode(self.precision_section()):
+        if (
+            self._fitting
+            and isinstance(section, Mapping)
+            and engine_mode(section) != engine_mode(self.precision_section())
+        ):
             saved = SavedPrecision(engine_mode(section), state_dict.get("precision"))
             raise CheckpointPrecisionError(mismatch_error(None, saved, self.spec, self.precision_section()))
 

@@ -289,3 +289,10 @@ def test_fit_with_environment_defaults(monkeypatch: pytest.MonkeyPatch, dummy_re
     assert trainer.current_epoch == 3
     assert trainer.global_step == 6
     assert set(model.compute_dtypes) == {torch.bfloat16}
+
+
+def test_a_name_in_plugins_from_the_environment(monkeypatch: pytest.MonkeyPatch, dummy_registered: type) -> None:
+    monkeypatch.setenv("PL_TRAINER_PLUGINS", "dummy:bf16-true")
+    trainer = Trainer(accelerator="cpu", devices=1, **QUIET)
+    assert isinstance(trainer.precision_plugin, dummy_registered)
+    assert trainer.precision_plugin.precision == "bf16-true"

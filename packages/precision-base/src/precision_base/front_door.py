@@ -132,7 +132,7 @@ def prepare_trainer_kwargs(
             instance was built for the other namespace, a string in ``plugins=`` is not a plugin name (this one is
             also Lightning's ``MisconfigurationException``), or the plugin cannot work with ``strategy=``.
         TypeError: ``precision_plugin`` is neither a name nor a ``Precision``.
-        precision_base errors from :func:`precision_base.resolve` for a name that cannot be resolved.
+        PrecisionPluginError: a name that cannot be resolved raises what :func:`precision_base.resolve` raises.
     """
     if namespace not in NAMESPACES:
         raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")

@@ -1,7 +1,7 @@
 """precision-base: the shared contract, discovery by name and the Trainer front door for precision plugins.
 
 ``import precision_base`` imports neither torch nor Lightning nor DeepSpeed. :class:`Trainer` (which needs
-Lightning) is imported on first access.
+Lightning), :class:`PrecisionPluginTrainerMixin` and :func:`prepare_trainer_kwargs` are imported on first access.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from precision_base.errors import (
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
-from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
 from precision_base.registry import (
     ENTRY_POINT_GROUP,
     PluginEntry,
@@ -40,6 +39,7 @@ from precision_base.registry import (
 from precision_base.spec import PRECISIONS, PluginSpec, normalize_precision, parse_spec
 
 if TYPE_CHECKING:
+    from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
     from precision_base.trainer import Trainer
 
 __all__ = [
@@ -85,4 +85,8 @@ def __getattr__(name: str) -> Any:
         from precision_base.trainer import Trainer
 
         return Trainer
+    if name in ("PrecisionPluginTrainerMixin", "prepare_trainer_kwargs"):
+        from precision_base import front_door
+
+        return getattr(front_door, name)
     raise AttributeError(f"module 'precision_base' has no attribute {name!r}")

@@ -7,8 +7,10 @@ Each is looked up in the Lightning namespace in use (``lightning.pytorch`` or ``
 from __future__ import annotations
 
 import importlib
-from argparse import Namespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 
 def parse_env_variables(namespace: str, cls: type) -> Namespace:

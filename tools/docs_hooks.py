@@ -140,7 +140,7 @@ def gen_registry_errors(_: str | None) -> str:
     blocks.append(
         _error_block(
             "Unknown backend (a typo, or a plugin that is not installed)",
-            'resolve("deepspeed:bf16-mixed")   # only precision-fsdp is installed',
+            'resolve("deepspeed:bf16-mixed")  # only precision-fsdp is installed',
             _raised(lambda: reg.resolve("deepspeed:bf16-mixed")),
         )
     )
@@ -150,7 +150,7 @@ def gen_registry_errors(_: str | None) -> str:
     blocks.append(
         _error_block(
             "A precision the backend does not offer",
-            'resolve("fsdp:16-true")   # this fsdp offers 32-true and bf16-mixed',
+            'resolve("fsdp:16-true")  # this fsdp offers 32-true and bf16-mixed',
             _raised(lambda: reg.resolve("fsdp:16-true")),
         )
     )
@@ -167,7 +167,7 @@ def gen_registry_errors(_: str | None) -> str:
     blocks.append(
         _error_block(
             "A plugin whose code fails to import (the original exception is chained)",
-            'resolve("fsdp:bf16-mixed")   # its module raises on import',
+            'resolve("fsdp:bf16-mixed")  # its module raises on import',
             _raised(lambda: reg2.resolve("fsdp:bf16-mixed")),
         )
     )
@@ -181,7 +181,7 @@ def gen_registry_errors(_: str | None) -> str:
     blocks.append(
         _error_block(
             "A plugin whose requirements are not met (checked before its code is imported)",
-            'resolve("deepspeed:bf16-mixed")   # it requires deepspeed>=99.0',
+            'resolve("deepspeed:bf16-mixed")  # it requires deepspeed>=99.0',
             _raised(lambda: reg3.resolve("deepspeed:bf16-mixed")),
         )
     )
@@ -190,7 +190,7 @@ def gen_registry_errors(_: str | None) -> str:
     blocks.append(
         _error_block(
             "A plugin built for another contract version",
-            'resolve("fsdp:bf16-mixed")   # a plugin built for contract 2',
+            'resolve("fsdp:bf16-mixed")  # a plugin built for contract 2',
             _raised(lambda: reg4.resolve("fsdp:bf16-mixed")),
         )
     )
@@ -627,32 +627,40 @@ GENERATORS: dict[str, Callable[[str | None], str]] = {
 }
 
 
-# A file's code carried in the Markdown itself, so the page reads on GitHub too; the build and a test keep it current:
-# <!-- gen:file:docs/examples/x.py -->, the fenced code, <!-- /gen:file -->.
-EMBEDDED = re.compile(r"<!-- gen:file:([\w./-]+) -->\n(.*?)<!-- /gen:file -->", re.DOTALL)
+# Generated content carried in the Markdown itself, so a page reads on GitHub too: a block marker
+# ``<!-- gen:NAME[:ARG] -->``, the generated text, ``<!-- /gen:NAME -->``. The build always regenerates the text;
+# ``stale_pages`` (run by the docs' tests) says where the committed text is out of date, and
+# ``python -m tools.docs_hooks --write`` rewrites it. A bare marker (no end marker) is filled at build time only.
+BLOCK = re.compile(r"<!-- gen:([a-z-]+)(?::([\w./-]+))? -->\n(.*?)<!-- /gen:\1 -->", re.DOTALL)
 
 
-def embed_files(markdown: str) -> str:
-    """Every embedded file block of ``markdown`` with the file's current text."""
-    return EMBEDDED.sub(
-        lambda m: f"<!-- gen:file:{m.group(1)} -->\n{gen_file(m.group(1))}\n<!-- /gen:file -->", markdown
-    )
+def _generate(name: str, arg: str | None) -> str:
+    if name not in GENERATORS:
+        raise ValueError(f"unknown docs marker gen:{name}")
+    return GENERATORS[name](arg)
+
+
+def embed(markdown: str) -> str:
+    """``markdown`` with every block marker's text regenerated (the markers kept)."""
+
+    def fresh(match: re.Match[str]) -> str:
+        name, arg = match.group(1), match.group(2)
+        opening = f"<!-- gen:{name}:{arg} -->" if arg else f"<!-- gen:{name} -->"
+        return f"{opening}\n{_generate(name, arg).strip()}\n<!-- /gen:{name} -->"
+
+    return BLOCK.sub(fresh, markdown)
 
 
 def stale_pages() -> list[Path]:
-    """Pages whose embedded file blocks differ from the files (``python -m tools.docs_hooks --write`` fixes)."""
+    """Pages whose committed generated text differs from what the code generates now."""
     pages = sorted((ROOT / "docs").rglob("*.md"))
-    return [p for p in pages if embed_files(text := p.read_text(encoding="utf-8")) != text]
+    return [p for p in pages if embed(text := p.read_text(encoding="utf-8")) != text]
 
 
 def render(markdown: str) -> str:
-    def replace(match: re.Match[str]) -> str:
-        name, arg = match.group(1), match.group(2)
-        if name not in GENERATORS:
-            raise ValueError(f"unknown docs marker gen:{name}")
-        return GENERATORS[name](arg)
-
-    return MARKER.sub(replace, EMBEDDED.sub(lambda m: gen_file(m.group(1)), markdown))
+    """``markdown`` as the site shows it: every marker replaced by freshly generated text."""
+    markdown = BLOCK.sub(lambda m: _generate(m.group(1), m.group(2)), markdown)
+    return MARKER.sub(lambda m: _generate(m.group(1), m.group(2)), markdown)
 
 
 # ---- tables narrow enough for the text column --------------------------------------------------------
@@ -775,9 +783,9 @@ def on_page_markdown(markdown: str, page: Any = None, **_: Any) -> str:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         for page in stale_pages():
-            page.write_text(embed_files(page.read_text(encoding="utf-8")), encoding="utf-8")
+            page.write_text(embed(page.read_text(encoding="utf-8")), encoding="utf-8")
             print(f"updated {page.relative_to(ROOT)}")
     else:
         stale = stale_pages()
-        print("\n".join(f"out of date: {p.relative_to(ROOT)}" for p in stale) or "every embedded file is current")
+        print("\n".join(f"out of date: {p.relative_to(ROOT)}" for p in stale) or "every generated block is current")
         raise SystemExit(1 if stale else 0)

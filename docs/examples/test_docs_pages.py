@@ -47,7 +47,7 @@ def test_a_missing_backend_gets_a_visible_note(monkeypatch: pytest.MonkeyPatch) 
     assert "`precision-deepspeed` was not installed" in text
 
 
-def test_code_carried_in_the_pages_is_current() -> None:
+def test_generated_text_in_the_pages_is_current() -> None:
     stale = docs_hooks.stale_pages()
     assert not stale, (
         f"pages whose embedded code differs from the file: {stale}; run python -m tools.docs_hooks --write"

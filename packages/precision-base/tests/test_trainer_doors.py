@@ -76,6 +76,15 @@ def test_an_instance_of_the_other_namespace_is_refused_with_the_way_out(dummy_re
     assert PLTrainer(precision_plugin=rebuilt, accelerator="cpu", **QUIET).precision_plugin is rebuilt
 
 
+def test_a_lightning_builtin_of_the_other_namespace_is_refused() -> None:
+    with pytest.raises(TrainerConfigurationError) as info:
+        PLTrainer(precision_plugin=L.plugins.precision.MixedPrecision("bf16-mixed", "cpu"), accelerator="cpu")
+    assert str(info.value) == (
+        "precision_plugin=MixedPrecision(...) is lightning.pytorch's class, but this Trainer is pytorch_lightning's. "
+        "Pass pytorch_lightning.plugins.precision.MixedPrecision instead."
+    )
+
+
 def test_pytorch_lightning_trainer_reads_the_environment(
     monkeypatch: pytest.MonkeyPatch, dummy_registered: type
 ) -> None:

@@ -91,6 +91,11 @@ def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any
     if isinstance(plugin, precision_class):
         return plugin
     other = namespace_of(plugin)
+    if other in NAMESPACES and not isinstance(plugin, PrecisionPlugin):
+        raise TrainerConfigurationError(
+            f"precision_plugin={type(plugin).__name__}(...) is {other}'s class, but this Trainer is {namespace}'s. "
+            f"Pass {namespace}.plugins.precision.{type(plugin).__name__} instead."
+        )
     if other in NAMESPACES:
         raise TrainerConfigurationError(
             f"precision_plugin={type(plugin).__name__}(...) was built for {other}, but this Trainer is "

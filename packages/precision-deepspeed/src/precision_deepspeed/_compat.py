@@ -92,7 +92,7 @@ FENCED: tuple[Fenced, ...] = (
     Fenced(
         _LDS,
         "DeepSpeedStrategy.load_checkpoint",
-        ("self", "checkpoint_path", "weights_only"),
+        ("self", "checkpoint_path"),  # Lightning >= 2.5.1 adds weights_only; the override passes it through
         "CPU strategy: refuse a checkpoint of another precision mode first",
     ),
     Fenced(_LDS, "DeepSpeedStrategy._format_config", ("self",), "the plugin's section goes in before Lightning's"),

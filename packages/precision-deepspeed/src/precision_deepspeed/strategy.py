@@ -154,7 +154,7 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
             super()._initialize_deepspeed_inference(model)
 
     @override
-    def load_checkpoint(self, checkpoint_path: Any, weights_only: Optional[bool] = None) -> dict[str, Any]:
+    def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Lightning's loader, after refusing a checkpoint saved under another DeepSpeed precision mode.
 
         Raises:
@@ -165,7 +165,7 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
         fitting = module is not None and getattr(module.trainer.state, "fn", None) == "fit"
         if fitting and isinstance(self.precision_plugin, SectionOwner):
             check_resume(self.precision_plugin, checkpoint_path)
-        return super().load_checkpoint(checkpoint_path, weights_only)
+        return super().load_checkpoint(checkpoint_path, *args, **kwargs)  # weights_only: Lightning >= 2.5.1
 
     @override
     def _format_config(self) -> None:

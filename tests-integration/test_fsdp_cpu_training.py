@@ -20,7 +20,20 @@ from _fsdp_helpers import INF_STEP, TrainingRuns, by_step, cpu_precisions
 
 import precision_base
 
-pytestmark = pytest.mark.slow
+
+def _fsdp2_cpu_problem() -> str | None:
+    from precision_fsdp._compat import fsdp2_cpu_problem
+
+    return fsdp2_cpu_problem()
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        _fsdp2_cpu_problem() is not None,
+        reason=f"FSDP2 on CPU needs a newer torch: {_fsdp2_cpu_problem()}",
+    ),
+]
 
 PRECISIONS = cpu_precisions()
 

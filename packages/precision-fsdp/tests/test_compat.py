@@ -74,3 +74,24 @@ def test_fully_shard_location_is_feature_detected() -> None:
     assert module.fully_shard is _compat.fully_shard
     assert inspect.isclass(_compat.DTensor)
     assert _compat.DTensor.__module__.startswith(_compat.DTENSOR_MODULE)
+
+
+def test_fsdp2_cpu_detection_agrees_with_a_real_fsdp2_step(world_of_one: None) -> None:
+    """fsdp2_cpu_problem() says None exactly where a real fully_shard forward/backward runs on CPU."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    problem = _compat.fsdp2_cpu_problem()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    mesh = init_device_mesh("cpu", (1,))
+    try:
+        _compat.fully_shard(model[0], mesh=mesh)
+        _compat.fully_shard(model, mesh=mesh)
+        model(torch.randn(2, 4)).sum().backward()
+        failure = None
+    except (RuntimeError, AttributeError) as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+    if problem is None:
+        assert failure is None, f"detection says FSDP2 runs on CPU, but it failed: {failure}"
+    else:
+        assert failure is not None, f"detection says {problem!r}, but FSDP2 ran on CPU"

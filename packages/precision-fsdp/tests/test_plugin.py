@@ -188,6 +188,14 @@ def test_ddp_is_refused_naming_what_to_pass() -> None:
 
 @pytest.mark.parametrize("accelerator", ["cpu", "gpu", "cuda", "auto"])
 def test_auto_becomes_fsdp2_strategy_on_every_accelerator(accelerator: str) -> None:
+    from precision_base.plugin_support import uses_cpu
+    from precision_fsdp._compat import fsdp2_cpu_problem
+
+    problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None
+    if problem is not None:  # torch < 2.7 on a CPU: a clear error before anything starts
+        with pytest.raises(TrainerConfigurationError, match="FSDP2 cannot run on a CPU with this torch"):
+            FSDPPrecision("bf16-mixed").configure_strategy("auto", accelerator=accelerator, devices=2)
+        return
     chosen = FSDPPrecision("bf16-mixed").configure_strategy("auto", accelerator=accelerator, devices=2)
     assert type(chosen) is FSDP2Strategy
     assert chosen.auto_wrap_policy is None
@@ -222,12 +230,12 @@ def test_fsdp_strategy_with_its_own_mixed_precision_is_refused() -> None:
         FSDPPrecision("bf16-mixed").configure_strategy(strategy, accelerator="cuda", devices=2)
 
 
-def test_model_parallel_strategy_is_accepted_on_cpu() -> None:
+def test_model_parallel_strategy_is_accepted_on_cpu(fsdp2_on_cpu: None) -> None:
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)
     assert FSDPPrecision("bf16-mixed").configure_strategy(strategy, accelerator="cpu", devices=2) is strategy
 
 
-def test_pytorch_lightning_plugin_gets_pytorch_lightning_strategies() -> None:
+def test_pytorch_lightning_plugin_gets_pytorch_lightning_strategies(fsdp2_on_cpu: None) -> None:
     import pytorch_lightning as ptl
 
     from precision_base.namespaces import for_namespace
@@ -242,7 +250,7 @@ def test_pytorch_lightning_plugin_gets_pytorch_lightning_strategies() -> None:
         plugin.configure_strategy(ModelParallelStrategy(), accelerator="cpu", devices=2)  # lightning's, not ptl's
 
 
-def test_trainer_front_door() -> None:
+def test_trainer_front_door(fsdp2_on_cpu: None) -> None:
     trainer = precision_base.Trainer(
         precision_plugin="fsdp:bf16-mixed", accelerator="cpu", devices=2, logger=False, enable_progress_bar=False
     )

@@ -49,6 +49,35 @@ def policy_reduce_dtype(policy: MixedPrecisionPolicy) -> Optional[torch.dtype]:
     return policy.reduce_dtype if policy.reduce_dtype is not None else policy.param_dtype
 
 
+def _fsdp2_comm_context_source() -> str:
+    """Source of FSDP2's private ``FSDPCommContext`` (its module moved in torch 2.6)."""
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group as group
+    except ImportError:  # pragma: no cover - torch < 2.6
+        from torch.distributed._composable.fsdp import _fsdp_param_group as group  # type: ignore[no-redef,attr-defined]
+    return inspect.getsource(group.FSDPCommContext)
+
+
+def fsdp2_cpu_problem() -> Optional[str]:
+    """Why FSDP2 cannot run on a CPU with the installed torch, or ``None`` when it can (GPUs are unaffected).
+
+    Feature detection of the two failures seen on older torch: torch 2.4-2.5 create CUDA streams unconditionally
+    (``RuntimeError: FSDP requires CUDA for streams`` or a CUDA driver error), and torch 2.6's CPU stream has no
+    ``record_event``, which FSDP2's collectives call (``AttributeError: 'Stream' object has no attribute
+    'record_event'``). ``tests/test_compat.py`` checks the answer against a real FSDP2 step on CPU.
+    """
+    version = torch.__version__
+    source = _fsdp2_comm_context_source()
+    if "requires CUDA for streams" in source or "torch.cuda.Stream(" in source:
+        return f"torch {version}'s FSDP2 creates CUDA streams unconditionally (FSDPCommContext)"
+    if not hasattr(torch.cpu.Stream, "record_event"):
+        return (
+            f"torch {version}'s CPU stream has no record_event, which FSDP2 calls "
+            "(AttributeError: 'Stream' object has no attribute 'record_event')"
+        )
+    return None
+
+
 # -- torch: undocumented or private ---------------------------------------------------------------------------------
 SHARDED_GRAD_SCALER_MODULE: Final = "torch.distributed.fsdp.sharded_grad_scaler"
 """Undocumented module of FSDP1's ``ShardedGradScaler`` (Lightning imports it from here too)."""
@@ -210,6 +239,11 @@ def _check_lightning_scaler_use() -> Optional[str]:
     return f"{missing} no longer use self.scaler" if missing else None
 
 
+def _check_fsdp2_cpu_probe() -> Optional[str]:
+    source = _fsdp2_comm_context_source()
+    return None if "class FSDPCommContext" in source else "FSDPCommContext is gone"
+
+
 def _lightning_fsdp_precision() -> Any:
     from lightning.pytorch.plugins.precision import FSDPPrecision
 
@@ -265,6 +299,7 @@ FENCED: Final[tuple[Fenced, ...]] = (
     Fenced("torch.distributed.fsdp.MixedPrecision", _check_fsdp1_mp),
     Fenced("torch.distributed.fsdp.FullyShardedDataParallel.clip_grad_norm_", _check_fsdp1_clip),
     Fenced(f"{SHARDED_GRAD_SCALER_MODULE}.ShardedGradScaler", _check_sharded_scaler),
+    Fenced("torch.distributed.fsdp._fully_shard._fsdp_param_group.FSDPCommContext", _check_fsdp2_cpu_probe),
     Fenced("torch.amp.GradScaler._device", _check_scaler_device),
     Fenced(
         "lightning.pytorch.plugins.precision.FSDPPrecision.pre_backward/optimizer_step use self.scaler",

@@ -18,6 +18,7 @@ from typing import Any, Union
 
 from precision_base.namespaces import NAMESPACES, for_namespace
 from precision_base.plugin_support import registered_strategy_class, uses_cpu, wrong_strategy_error
+from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.fsdp2_strategy import FSDP2Strategy
 
 HOW_FSDP2 = (
@@ -53,10 +54,13 @@ def choose_strategy(
         TrainerConfigurationError: the strategy cannot run this plugin; the message says what to pass.
     """
     namespace = lightning.__name__
+    cpu_problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None
     fsdp1: type = lightning.strategies.FSDPStrategy
     model_parallel: type = lightning.strategies.ModelParallelStrategy
     if isinstance(strategy, str):
         if strategy == "auto":
+            if cpu_problem is not None:
+                raise wrong_strategy_error(spec, strategy, _fsdp2_not_on_this_cpu(cpu_problem))
             built: type = for_namespace(FSDP2Strategy, namespace) if namespace in NAMESPACES else FSDP2Strategy
             return built()
         cls = registered_strategy_class(strategy, namespace)
@@ -78,8 +82,17 @@ def choose_strategy(
             )
         return strategy
     if isinstance(strategy, model_parallel):
+        if cpu_problem is not None:
+            raise wrong_strategy_error(spec, strategy, _fsdp2_not_on_this_cpu(cpu_problem))
         return strategy
     raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.")
+
+
+def _fsdp2_not_on_this_cpu(problem: str) -> str:
+    return (
+        f'FSDP2 cannot run on a CPU with this torch: {problem}. Train on CUDA GPUs (FSDP2 or strategy="fsdp" for '
+        "FSDP1), or upgrade torch for FSDP2 on CPU."
+    )
 
 
 def _fsdp1_on_cpu(accelerator: Any) -> str:

@@ -89,7 +89,7 @@ def test_fsdp2_cpu_detection_agrees_with_a_real_fsdp2_step(world_of_one: None) -
         _compat.fully_shard(model, mesh=mesh)
         model(torch.randn(2, 4)).sum().backward()
         failure = None
-    except (RuntimeError, AttributeError) as exc:
+    except Exception as exc:  # any failure means FSDP2 does not run on CPU here
         failure = f"{type(exc).__name__}: {exc}"
     if problem is None:
         assert failure is None, f"detection says FSDP2 runs on CPU, but it failed: {failure}"

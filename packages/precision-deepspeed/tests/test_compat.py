@@ -115,3 +115,12 @@ def test_deepspeed_still_raises_the_min_loss_scale_message() -> None:
     assert _compat.MIN_LOSS_SCALE_MESSAGE in inspect.getsource(DynamicLossScaler.update_scale)
     assert _compat.is_min_loss_scale_error(Exception(_compat.MIN_LOSS_SCALE_MESSAGE + " Exiting run."))
     assert not _compat.is_min_loss_scale_error(RuntimeError(_compat.MIN_LOSS_SCALE_MESSAGE))
+
+
+def test_an_optional_symbol_may_be_absent_but_not_reshaped() -> None:
+    absent = _compat.Fenced("deepspeed.runtime.constants", "NO_SUCH_SECTION", None, "test", optional=True)
+    assert absent.problem() is None
+    reshaped = _compat.Fenced(
+        "lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy._format_config", ("self", "x"), "t", optional=True
+    )
+    assert reshaped.problem() is not None

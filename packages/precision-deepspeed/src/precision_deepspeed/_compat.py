@@ -32,12 +32,15 @@ class Fenced:
         name: a dotted path inside the module, e.g. ``"DeepSpeedStrategy._format_config"``.
         params: the parameter names the package relies on, in order (``None``: not a callable, only its existence).
         why: what the package does with it.
+        optional: absent in some supported releases; the package detects it and takes another branch, so only its
+            signature is checked, where it exists.
     """
 
     module: str
     name: str
     params: Optional[tuple[str, ...]]
     why: str
+    optional: bool = False
 
     def resolve(self) -> Any:
         """The object itself (raises ``ImportError``/``AttributeError`` when it moved)."""
@@ -52,6 +55,8 @@ class Fenced:
         try:
             obj = self.resolve()
         except (ImportError, AttributeError) as exc:
+            if self.optional:
+                return None
             return f"{where} is gone ({type(exc).__name__}: {exc}); needed for: {self.why}"
         if self.params is None:
             return None
@@ -137,15 +142,15 @@ FENCED: tuple[Fenced, ...] = (
     Fenced(_LDP, "DeepSpeedPrecision.load_state_dict", ("self", "state_dict"), "override: checks the precision"),
     Fenced(_LDP, "DeepSpeedPrecision._after_closure", ("self", "model", "optimizer"), "optimizer_step's hooks"),
     # -- DeepSpeed and torch --------------------------------------------------------------------------------
-    Fenced("deepspeed.runtime.constants", "TORCH_AUTOCAST", None, "feature detection: torch_autocast section"),
-    Fenced("deepspeed.runtime.constants", "BUFFER_DTYPE", None, "feature detection: buffers keep their dtype"),
+    Fenced("deepspeed.runtime.constants", "TORCH_AUTOCAST", None, "feature detection: torch_autocast", optional=True),
+    Fenced("deepspeed.runtime.constants", "BUFFER_DTYPE", None, "feature detection: buffer dtype", optional=True),
     Fenced(
         "deepspeed.runtime.fp16.loss_scaler",
         "DynamicLossScaler.update_scale",
         ("self", "overflow"),
         "an overflow at the lowest loss scale raises MIN_LOSS_SCALE_MESSAGE",
     ),
-    Fenced("torch", "ops.mkldnn._is_mkldnn_fp16_supported", None, "DeepSpeed's own CPU fp16 probe"),
+    Fenced("torch", "ops.mkldnn._is_mkldnn_fp16_supported", None, "DeepSpeed's CPU fp16 probe", optional=True),
 )
 
 

@@ -23,8 +23,8 @@ def installed_version(name: str) -> Optional[str]:
 def unmet_requirements(requires: tuple[str, ...]) -> list[str]:
     """Return one sentence per requirement in ``requires`` that the environment does not satisfy.
 
-    Requirements whose environment marker does not apply are ignored. Pre-releases and local versions
-    (``2.13.0+cpu``) count as satisfying a floor.
+    Requirements whose environment marker does not apply are ignored, and so are those of optional extras.
+    Pre-releases and local versions (``2.13.0+cpu``) count as satisfying a floor.
     """
     # packaging is imported here, not at module level: `import precision_base` stays cheap
     from packaging.requirements import InvalidRequirement, Requirement
@@ -36,7 +36,8 @@ def unmet_requirements(requires: tuple[str, ...]) -> list[str]:
         except InvalidRequirement as exc:
             problems.append(f"requirement {text!r} is not valid PEP 508 ({exc})")
             continue
-        if req.marker is not None and not req.marker.evaluate():
+        # `extra` is set to "" so that lines for optional extras (Requires-Dist: x; extra == "docs") never apply
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue
         installed = installed_version(req.name)
         if installed is None:

@@ -124,3 +124,16 @@ def test_an_optional_symbol_may_be_absent_but_not_reshaped() -> None:
         "lightning.pytorch.strategies.deepspeed", "DeepSpeedStrategy._format_config", ("self", "x"), "t", optional=True
     )
     assert reshaped.problem() is not None
+
+
+def test_private_instance_attributes_read_through_compat() -> None:
+    """Attributes Lightning sets on instances (not checkable on the class): ``LightningModule._trainer``,
+    ``DeepSpeedStrategy._config_initialized`` (see the marker test), the registry's ``init_params``."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.strategies import DeepSpeedStrategy, StrategyRegistry
+
+    assert _compat.trainer_of(pl.LightningModule()) is None
+    assert "_trainer" in vars(pl.LightningModule())
+    assert _compat.config_formatted(DeepSpeedStrategy()) is False
+    assert "_config_initialized" in vars(DeepSpeedStrategy())
+    assert _compat.registry_init_params(StrategyRegistry, "deepspeed_stage_3") == {"stage": 3}

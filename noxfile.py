@@ -211,7 +211,7 @@ def docs(session: nox.Session) -> None:
         session.run("apt-get", "update", "-qq", external=True)
         session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium", external=True)
     session.run("python", "-m", "pytest", "docs/examples", "-q", "-p", "no:cacheprovider", env=env)
-    session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={**env, "NO_MKDOCS_2_WARNING": "1"})
     session.run("python", "-m", "pytest", "docs/tests", "-q", "-p", "no:cacheprovider",
                 env={**env, "DOCS_SITE_DIR": "site"})  # fmt: skip
 

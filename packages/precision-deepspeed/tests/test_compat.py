@@ -65,11 +65,6 @@ def test_lightning_precisions_are_ours_in_lightnings_order() -> None:
     )
 
 
-def test_desired_dtype_is_set_by_lightnings_init() -> None:
-    assert _compat.desired_dtype(DeepSpeedPrecision("bf16-mixed")) is torch.bfloat16
-    assert _compat.desired_dtype(DeepSpeedPrecision("16-true")) is torch.float16
-
-
 def test_lightning_format_marker_separates_its_keys_from_the_users() -> None:
     """Lightning's real ``_format_config``: every key it adds comes after ``gradient_accumulation_steps``."""
     import lightning.pytorch as pl

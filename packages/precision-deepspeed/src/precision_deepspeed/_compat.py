@@ -230,13 +230,6 @@ def lightning_precisions() -> tuple[str, ...]:
     return tuple(get_args(_PRECISION_INPUT))
 
 
-def desired_dtype(plugin: Any) -> torch.dtype:
-    """The dtype Lightning's ``DeepSpeedPrecision.__init__`` chose (``_desired_dtype``)."""
-    dtype = plugin._desired_dtype
-    assert isinstance(dtype, torch.dtype)
-    return dtype
-
-
 # -- telling Lightning's defaults from the user's DeepSpeed config --------------------------------------------
 def _loss_scaling_defaults() -> dict[str, Any]:
     from lightning.pytorch.strategies import DeepSpeedStrategy

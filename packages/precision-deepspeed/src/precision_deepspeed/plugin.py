@@ -36,7 +36,7 @@ from typing_extensions import override
 from precision_base import DtypeTable, PrecisionPlugin, PrecisionPluginError
 from precision_base.casting import cast_floating
 from precision_base.namespaces import namespace_of
-from precision_base.plugin_support import PRECISION_DTYPE_NAMES
+from precision_base.plugin_support import PRECISION_DTYPE_NAMES, precision_dtype
 from precision_base.spec import PRECISIONS
 from precision_deepspeed import _compat
 from precision_deepspeed.config import (
@@ -91,7 +91,6 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         "`Trainer(strategy='deepspeed', precision={precision!r})` is not supported. `precision` must be one of: "
         "{supported}."
     )
-    _desired_dtype: torch.dtype
 
     def __init__(
         self,
@@ -224,7 +223,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
     def convert_module(self, module: Module) -> Module:
         """``*-true``: cast the module to the precision's dtype; otherwise return it unchanged (DeepSpeed casts it)."""
         if self.precision.endswith("-true") and self.precision != "32-true":
-            return module.to(dtype=_compat.desired_dtype(self))
+            return module.to(dtype=precision_dtype(self.precision))
         return module
 
     @override
@@ -232,7 +231,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         """Cast floating tensors in ``data`` to the dtype the engine computes in (none under ``torch_autocast``)."""
         if self.torch_autocast:
             return data
-        return cast_floating(data, _compat.desired_dtype(self))
+        return cast_floating(data, precision_dtype(self.precision))
 
     @override
     def tensor_init_context(self) -> AbstractContextManager[Any]:
@@ -248,7 +247,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
     def forward_context(self) -> AbstractContextManager[Any]:
         """``torch.autocast`` on the plugin's device under ``torch_autocast=True``; otherwise nothing."""
         if self.torch_autocast:
-            return torch.autocast(device_type=self.device_type, dtype=_compat.desired_dtype(self))
+            return torch.autocast(device_type=self.device_type, dtype=precision_dtype(self.precision))
         return nullcontext()
 
     # -- training hooks ---------------------------------------------------------------------------------

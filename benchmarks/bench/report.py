@@ -1,44 +1,111 @@
-"""Writing results: one JSON, one markdown page and one PNG per benchmark, into ``docs/benchmarks/``.
+"""Statistics (numpy, ``scipy.stats.bootstrap``) and the output files: one JSON, one markdown page, one PNG each.
 
-Every JSON result has the same top level (``schema`` names its version)::
+Every JSON result has the same top level: ``schema`` (``precision-plugins-bench/2``), ``benchmark``, ``quick``,
+``machine``, ``duration_s``, ``config``, ``results``, ``findings``.
 
-    {"schema": "precision-plugins-bench/1", "benchmark": "<name>", "quick": bool,
-     "machine": {...machine_info()...}, "duration_s": float, "config": {...}, "results": ..., "findings": [...]}
+Conventions: a *summary* is the median with the 25th/75th percentiles; the *ratio* of A to B is
+median(A) / median(B) with a 95% percentile-bootstrap interval (samples resampled independently, fixed seed) and
+the 20th-percentile ratio beside it (other load only adds time); it is called slower/faster only when the whole
+interval is on one side of 1 *and*, for samples taken in interleaved rounds, every round's ratio agrees.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.machine import ROOT
+import numpy as np
+from scipy import stats
 
-SCHEMA = "precision-plugins-bench/1"
-DOCS = ROOT / "docs" / "benchmarks"
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = "precision-plugins-bench/2"
+VERSIONS = ("torch", "lightning", "deepspeed", "precision-base", "precision-fsdp", "precision-deepspeed")
 
 
-def envelope(
-    benchmark: str,
-    *,
-    machine: dict[str, Any],
-    config: dict[str, Any],
-    results: Any,
-    duration_s: float,
-    quick: bool,
-    findings: Sequence[str] = (),
-) -> dict[str, Any]:
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    p25, med, p75 = (float(v) for v in np.percentile(values, [25, 50, 75]))
+    return {"n": len(values), "median": med, "p25": p25, "p75": p75, "iqr": p75 - p25, "rel_iqr": (p75 - p25) / med}
+
+
+def _interval(a: Sequence[float], b: Sequence[float], q: float) -> tuple[float, float]:
+    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
+        return np.percentile(x, q, axis=axis) / np.percentile(y, q, axis=axis)
+
+    res = stats.bootstrap(
+        (np.asarray(a), np.asarray(b)), ratio, n_resamples=2000, method="percentile", rng=np.random.default_rng(0)
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def ratio(a: Sequence[float], b: Sequence[float], rounds_a: Any = None, rounds_b: Any = None) -> dict[str, Any]:
+    """median(a) / median(b), its 95% interval, the p20 ratio, per-round ratios and a verdict."""
+    lo, hi = _interval(a, b, 50)
+    out: dict[str, Any] = {
+        "ratio": float(np.median(a) / np.median(b)),
+        "ci95": [lo, hi],
+        "p20": float(np.percentile(a, 20) / np.percentile(b, 20)),
+        "verdict": "slower" if lo > 1 else "faster" if hi < 1 else "same within spread",
+    }
+    if rounds_a and rounds_b:
+        per_round = [float(np.median(x) / np.median(y)) for x, y in zip(rounds_a, rounds_b, strict=True)]
+        out["per_round"] = per_round
+        if (out["verdict"] == "slower" and min(per_round) <= 1) or (out["verdict"] == "faster" and max(per_round) >= 1):
+            out["verdict"] = "same within spread (rounds disagree)"
+    return out
+
+
+def fmt_ratio(r: dict[str, Any]) -> str:
+    return f"{r['ratio']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]; p20 {r['p20']:.3f}"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(cell, row)) + " |" for row in rows])
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU, cores, memory, versions, commit, load, time and command: recorded with every result."""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")), None)
+    flags = next((ln.split(":", 1)[1].split() for ln in cpuinfo.splitlines() if ln.startswith("flags")), [])
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in VERSIONS:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return {
-        "schema": SCHEMA,
-        "benchmark": benchmark,
-        "quick": quick,
-        "machine": machine,
-        "duration_s": round(duration_s, 2),
-        "config": config,
-        "results": results,
-        "findings": list(findings),
+        "cpu_model": model or platform.processor(),
+        "cpu_flags": [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16") if f in flags],
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        "versions": versions,
+        "git_commit": commit.stdout.strip() or None,
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
 
 
@@ -53,67 +120,41 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def write_json(path: Path, data: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(data), indent=1, sort_keys=False) + "\n")
-    return path
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub/mkdocs markdown table; cells are str()-ed and pipes escaped."""
-
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def machine_md(machine: dict[str, Any]) -> str:
-    v = machine.get("versions", {})
-    mem = machine.get("memory_total_bytes")
-    parts = [
-        f"CPU: {machine.get('cpu_model')} ({machine.get('usable_cpus')} usable of {machine.get('logical_cpus')} "
-        f"logical CPUs; flags: {', '.join(machine.get('cpu_flags') or []) or 'none of note'})",
-        f"memory: {mem / 2**30:.1f} GiB" if mem else "memory: ?",
-        "versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val),
-        f"commit {machine.get('git_commit')}, {machine.get('time_utc')}, load average at start "
-        f"{machine.get('load_average_1_5_15')}",
-        f"command: `{machine.get('command')}`",
-    ]
-    return "\n".join(f"- {p}" for p in parts)
-
-
-def write_markdown(path: Path, title: str, body: str, data: dict[str, Any]) -> Path:
-    quick = " (quick smoke run: too few samples to quote)" if data.get("quick") else ""
-    text = (
-        f"# {title}\n\n{body.strip()}\n\n## Machine{quick}\n\n{machine_md(data['machine'])}\n"
-        f"- duration of this benchmark: {data['duration_s']:.0f} s\n"
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None or (isinstance(n, float) and not math.isfinite(n)):
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
-
-
-def fmt_ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
-
-
 def pyplot() -> Any:
-    """matplotlib's pyplot on the non-interactive Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def write(
+    out: Path, name: str, title: str, body: str, plot: Callable[[Any], Any], start: float, **data: Any
+) -> list[Path]:
+    """Write ``<name>.json`` (``data``: quick, machine, config, results, findings), ``<name>.md`` (``body`` and the
+    machine) and ``<name>.png`` (the figure ``plot(pyplot)`` returns); ``start``: ``perf_counter()`` at the start."""
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"schema": SCHEMA, "benchmark": name, "duration_s": time.perf_counter() - start, **data}
+    (out / f"{name}.json").write_text(json.dumps(_clean(data), indent=1) + "\n")
+    m = data["machine"]
+    quick = " (quick smoke run: too few samples to quote)" if data.get("quick") else ""
+    facts = [
+        f"CPU: {m['cpu_model']} ({m['usable_cpus']} usable CPUs; flags: {', '.join(m['cpu_flags']) or 'none of note'})",
+        f"memory: {m['memory_total_bytes'] / 2**30:.1f} GiB",
+        "versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v),
+        f"commit {m['git_commit']}, {m['time_utc']}, load average at start {m['load_average_1_5_15']}",
+        f"command: `{m['command']}`; duration {data['duration_s']:.0f} s",
+    ]
+    findings = "".join(f"\n- {f}" for f in data.get("findings", []))
+    (out / f"{name}.md").write_text(
+        f"# {title}\n\n{body.strip()}\n{findings}\n\n![{title}]({name}.png)\n\n## Machine{quick}\n\n"
+        + "\n".join(f"- {f}" for f in facts)
+        + "\n"
+    )
+    plt = pyplot()
+    fig = plot(plt)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=110)
+    plt.close(fig)
+    return [out / f"{name}.{ext}" for ext in ("json", "md", "png")]

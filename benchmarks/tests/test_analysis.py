@@ -1,48 +1,58 @@
-"""The analysis and plotting code paths on synthetic samples (no training, no timing)."""
+"""The benchmark code's non-timing logic on synthetic samples (no training; no speed is asserted anywhere)."""
+
+import json
+
+import pytest
 
 import gpu_bench
-from bench import overhead
-from bench.machine import machine_info
-from bench.report import envelope
+from bench import index, overhead, report
 
 
-def _raw(precisions):
-    samples, losses = {}, {}
-    for p, variants in precisions.items():
-        for i, v in enumerate(variants):
-            samples[f"{p}|{v}"] = [[0.010 + 0.001 * i + 0.0001 * k for k in range(10)] for _ in range(2)]
-            losses[f"{p}|{v}"] = [2.0, 1.5]
-    return {"samples": samples, "losses": losses, "order": []}
+def test_ratio_interval_verdicts_and_rounds():
+    base = [1.0 + 0.01 * (i % 5) for i in range(40)]
+    same = report.ratio(base, list(base))
+    assert same["ratio"] == 1.0
+    assert same["ci95"][0] <= 1.0 <= same["ci95"][1]
+    assert same["verdict"] == "same within spread"
+    assert report.ratio([2 * x for x in base], base)["verdict"] == "slower"
+    assert report.ratio(base, [2 * x for x in base])["verdict"] == "faster"
+    slow = [1.5 * x for x in base]
+    vetoed = report.ratio(slow, base, [slow[:20], [0.5 * x for x in base[:20]]], [base[:20], base[20:]])
+    assert vetoed["verdict"] == "same within spread (rounds disagree)"
+    assert vetoed["per_round"][1] < 1.0
+    assert report.ratio(slow, base) == report.ratio(slow, base), "fixed seed: the same interval every time"
 
 
-def test_overhead_analyse_table_and_plot(tmp_path):
-    precisions = {"32-true": ["ours", "builtin", "hand"], "bf16-mixed": ["ours", "ours-lowreduce", "builtin", "hand"]}
-    results = overhead.analyse(_raw(precisions), precisions)
-    assert set(results["bf16-mixed"]["ratios"]) >= {"ours/builtin", "ours/hand", "ours-lowreduce/builtin"}
-    assert results["32-true"]["ratios"]["ours/builtin"]["ratio"] < 1.0  # ours got the smallest synthetic times
-    data = envelope(
-        "overhead-fsdp",
-        machine=machine_info(),
-        config={
-            "setup": "x",
-            "task": {"depth": 2, "width": 8, "batch": 4},
-            "threads_per_rank": 1,
-            "rounds": 2,
-            "steps": 10,
-            "warmup": 1,
-        },
-        results=results,
-        duration_s=1.0,
-        quick=True,
-        findings=overhead.findings("fsdp", results),
-    )
-    assert "ours / built-in" in overhead.table("fsdp", data)
-    assert overhead.plot("fsdp", results, tmp_path / "p.png", "t").stat().st_size > 0
+def test_summary_and_formatting():
+    s = report.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert (s["median"], s["iqr"], s["rel_iqr"]) == (3.0, 2.0, pytest.approx(2 / 3))
+    assert report.fmt_bytes(None) == "-"
+    assert report.fmt_bytes(3 * 2**20) == "3.00 MiB"
+    assert "x\\|y" in report.md_table(["a", "b"], [["x|y", 1]])
+
+
+def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path):
+    variants = {"bf16-mixed": ["ours", "ours-lowreduce", "builtin", "hand"]}
+    samples = {
+        f"bf16-mixed|{v}": [[0.01 + 0.001 * i + 1e-4 * k for k in range(10)]] * 2
+        for i, v in enumerate(variants["bf16-mixed"])
+    }
+    results = overhead.analyse({"wall": samples, "cpu": samples}, variants)
+    assert results["bf16-mixed"]["wall"]["ratios"]["ours/builtin"]["ratio"] < 1.0  # ours got the smallest times
+    assert "ours-lowreduce/builtin" in results["bf16-mixed"]["cpu"]["ratios"]
+    data = {"quick": True, "machine": report.machine_info(), "config": {"backend": "fsdp"}, "results": results,
+            "findings": ["a finding"]}  # fmt: skip
+    paths = report.write(tmp_path, "overhead-fsdp", "Overhead", "body", lambda plt: plt.subplots()[0], 0.0, **data)
+    assert [p.suffix for p in paths] == [".json", ".md", ".png"]
+    assert all(p.stat().st_size for p in paths)
+    assert json.loads(paths[0].read_text())["schema"] == report.SCHEMA
+    assert "quick smoke run" in paths[1].read_text()
+    assert "- a finding" in paths[1].read_text()
+    assert "| fsdp | bf16-mixed |" in index.write(tmp_path).read_text()
 
 
 def test_gpu_math():
     assert gpu_bench.peak_tflops("NVIDIA H200") == 989.0
-    assert gpu_bench.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
     assert gpu_bench.peak_tflops("NVIDIA L40S") == 362.0  # the longer key wins over "L40" and "L4"
     assert gpu_bench.peak_tflops("mystery", 100.0) == 100.0
     assert gpu_bench.peak_tflops("mystery") is None

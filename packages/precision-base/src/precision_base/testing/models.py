@@ -7,6 +7,7 @@ Imports torch and Lightning (``lightning.pytorch``); ``import precision_base`` n
   arrived in and the dtype the network computed in.
 * :class:`ResidualMLP` and :func:`teacher_data`: the larger classifier and fixed teacher task the benchmarks train.
 * :func:`mlp`: a bare three-layer ``nn.Sequential`` for plugin unit tests.
+* :class:`TinyGPT`: a small GPT-style decoder for the GPU benchmark (blocks of class :class:`GPTBlock`).
 * :data:`QUIET`: Trainer arguments that switch off logging, checkpoints, progress bar and model summary.
 """
 
@@ -19,7 +20,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-__all__ = ["QUIET", "ResidualMLP", "TinyRegressor", "dtype_name", "mlp", "regression_data", "teacher_data"]
+__all__ = [
+    "QUIET",
+    "GPTBlock",
+    "ResidualMLP",
+    "TinyGPT",
+    "TinyRegressor",
+    "dtype_name",
+    "mlp",
+    "regression_data",
+    "teacher_data",
+]
 
 QUIET: dict[str, Any] = dict(
     logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
@@ -156,3 +167,52 @@ def teacher_data(samples: int, width: int = 256, classes: int = 16, seed: int = 
     w_out = torch.randn(4 * width, classes, generator=teacher) / (4 * width) ** 0.5
     x = torch.randn(samples, width, generator=torch.Generator().manual_seed(seed + 2 + split))
     return TensorDataset(x, (torch.tanh(x @ w_in) @ w_out).argmax(dim=1))
+
+
+class GPTBlock(nn.Module):
+    """Pre-norm decoder block: causal self-attention (``scaled_dot_product_attention``), then a 4x GELU MLP."""
+
+    def __init__(self, d_model: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.qkv, self.proj = (
+            nn.LayerNorm(d_model),
+            nn.Linear(d_model, 3 * d_model),
+            nn.Linear(d_model, d_model),
+        )
+        self.ln2, self.up, self.down = (
+            nn.LayerNorm(d_model),
+            nn.Linear(d_model, 4 * d_model),
+            nn.Linear(4 * d_model, d_model),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        out: torch.Tensor = x + self.down(nn.functional.gelu(self.up(self.ln2(x))))
+        return out
+
+
+class TinyGPT(nn.Module):
+    """Token embedding (tied to the output projection) + learned positions, ``layers`` :class:`GPTBlock`, LayerNorm.
+
+    Input: int64 token ids ``(batch, t)`` with ``t <= seq``; output: logits ``(batch, t, vocab)``.
+    """
+
+    def __init__(self, vocab: int = 8192, d_model: int = 512, layers: int = 6, heads: int = 8, seq: int = 512) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d_model)
+        self.pos = nn.Parameter(torch.zeros(seq, d_model))
+        self.blocks = nn.ModuleList(GPTBlock(d_model, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d_model)
+        self.out = nn.Linear(d_model, vocab, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.emb(idx) + self.pos[: idx.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        out: torch.Tensor = self.out(self.ln(x))
+        return out

@@ -1,0 +1,270 @@
+"""Training runs inside the ranks (started by ``precision_base.testing.launch.run_ranks``), three ways each.
+
+The model is ``precision_base.testing.models.ResidualMLP`` on its teacher task (same weights and batches in every
+run). ``ours``: ``precision_base.Trainer(precision_plugin=...)``; ``builtin``: ``lightning.pytorch.Trainer(plugins=
+[Lightning's FSDPPrecision / DeepSpeedPrecision])`` with the same strategy (FSDP2 sharded with a policy from the
+built-in's ``mixed_precision_config``: what its user writes); ``hand``: no Lightning (FSDP2 + autocast +
+GradScaler, or ``deepspeed.initialize`` with the config our strategy builds): the floor. FSDP2 runs under
+``ModelParallelStrategy``, DeepSpeed under precision-deepspeed's ``DeepSpeedCPUStrategy`` (Lightning's refuses the
+CPU). Each run returns per-step wall and CPU times after ``warmup`` (slowest rank), losses, the model or engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import itertools
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from precision_base.plugin_support import precision_dtype
+from precision_base.testing.launch import ensure_process_group, run_ranks, world_size
+from precision_base.testing.models import QUIET, ResidualMLP, teacher_data
+
+OnStep = Callable[[Any, Any], None] | None
+REDUCE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Task:
+    width: int = 256
+    depth: int = 2
+    classes: int = 16
+    batch: int = 32  # per rank
+    lr: float = 1e-3
+    seed: int = 1234
+
+    def net(self) -> ResidualMLP:
+        return ResidualMLP(self.width, self.depth, self.classes, self.seed)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def in_ranks(target: str, args: dict[str, Any], world: int = 2, threads: int = 1) -> Any:
+    """Run ``target`` (``"bench.<module>:<function>"``) in ``world`` ranks, DeepSpeed on its CPU accelerator."""
+    env = {"DS_ACCELERATOR": "cpu", "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1", "PYTHONWARNINGS": "ignore"}
+    bench_dir = Path(__file__).resolve().parents[1]  # the ranks' working directory: `bench` is importable there
+    return run_ranks(target, args, world=world, threads=threads, timeout=1800, cwd=bench_dir, env=env)
+
+
+def loader(task: Task, steps: int) -> torch.utils.data.DataLoader[Any]:
+    """Exactly ``steps`` batches for this rank, its own slice of the same data (as Lightning's sampler gives)."""
+    world, rank = world_size(), int(os.environ.get("RANK", "0"))
+    data = teacher_data(steps * task.batch * world, task.width, task.classes, task.seed)
+    sampler: Any = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
+    return torch.utils.data.DataLoader(data, batch_size=task.batch, sampler=sampler)
+
+
+def backward_and_step(loss: torch.Tensor, opt: Any, scaler: Any = None, before_step: Any = None) -> None:
+    """A hand-written loop's backward and optimizer step, with an optional ``GradScaler`` (unscaled before
+    ``before_step()``, e.g. a measurement)."""
+    (scaler.scale(loss) if scaler else loss).backward()
+    if scaler:
+        scaler.unscale_(opt)
+    if before_step is not None:
+        before_step()
+    if scaler:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(out.float(), y)
+
+
+class Clock:
+    """Start of every step (wall and process CPU time); a step lasts to the next start (fetch to optimizer step)."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def tick(self) -> None:
+        self.wall.append(time.perf_counter())
+        self.cpu.append(time.process_time())
+
+    def result(self, warmup: int, **extra: Any) -> dict[str, Any]:
+        def steps(ts: list[float]) -> list[float]:
+            return slowest_rank([b - a for a, b in itertools.pairwise(ts)][warmup:])
+
+        return {"times": steps(self.wall), "cpu_times": steps(self.cpu), **extra}
+
+
+def slowest_rank(values: list[float]) -> list[float]:
+    """Element-wise maximum over the ranks (a step ends when its slowest rank ends)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return list(values)
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, list(values))
+    return [max(g[i] for g in gathered) for i in range(min(len(g) for g in gathered))]
+
+
+def _lightning_fit(
+    trainer_cls: Any, task: Task, steps: int, warmup: int, on_step: OnStep, shard: Any, **kw: Any
+) -> Any:
+    """Fit the benchmark LightningModule for ``warmup + steps`` steps; ``shard(module, mesh)`` is FSDP2's sharding."""
+    import lightning.pytorch as pl
+
+    clock, losses = Clock(), []
+
+    class Bench(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = task.net()
+
+        def configure_model(self) -> None:
+            if shard is not None:
+                mesh = self.device_mesh["data_parallel"]  # type: ignore[index]
+                for block in self.net.blocks:
+                    shard(block, mesh)
+                shard(self.net, mesh)
+
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+            clock.tick()
+
+        def on_train_end(self) -> None:
+            clock.tick()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = loss_fn(self.net(batch[0]), batch[1])
+            losses.append(float(loss.detach()))
+            return loss
+
+        def on_before_optimizer_step(self, optimizer: Any) -> None:
+            if on_step is not None:
+                on_step(self, optimizer)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=task.lr)
+
+    module = Bench()
+    with tempfile.TemporaryDirectory() as root:
+        limits = dict(max_steps=warmup + steps, max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0)
+        # the loaders carry their own DistributedSampler
+        kw.update(limits, default_root_dir=root, use_distributed_sampler=False, **QUIET)
+        trainer = trainer_cls(accelerator="cpu", devices=world_size(), **kw)
+        trainer.fit(module, loader(task, warmup + steps))
+    return clock.result(warmup, losses=losses, module=module, engine=trainer.model)
+
+
+def fsdp(
+    variant: str, precision: str, task: Task, steps: int, warmup: int, reduce: str = "", on_step: OnStep = None
+) -> Any:
+    """FSDP2 fit: ``ours`` / ``builtin`` / ``hand``; ``reduce`` ("fp32", "bf16", "fp16") overrides the reduce dtype."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.plugins.precision import FSDPPrecision as Builtin
+    from lightning.pytorch.strategies import ModelParallelStrategy
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    import precision_base
+
+    if variant == "hand":
+        return _fsdp_hand(precision, task, steps, warmup, reduce, on_step)
+    strategy = ModelParallelStrategy(data_parallel_size=world_size(), tensor_parallel_size=1)
+    if variant == "ours":
+        plugin = precision_base.resolve(f"fsdp:{precision}", **({"reduce_dtype": reduce} if reduce else {}))
+        shard: Any = lambda m, mesh: plugin.fully_shard(m, mesh=mesh)  # noqa: E731
+        return _lightning_fit(
+            precision_base.Trainer, task, steps, warmup, on_step, shard, strategy=strategy, precision_plugin=plugin
+        )
+    builtin = Builtin(precision)  # type: ignore[arg-type]
+    mp: Any = builtin.mixed_precision_config
+    policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
+    shard = lambda m, mesh: fully_shard(m, mesh=mesh, mp_policy=policy)  # noqa: E731
+    return _lightning_fit(pl.Trainer, task, steps, warmup, on_step, shard, strategy=strategy, plugins=[builtin])
+
+
+def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str, on_step: OnStep) -> Any:
+    """What ``ours`` does, written with plain torch: FSDP2 policy, autocast, GradScaler, AdamW."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    ensure_process_group()
+    low, mixed = precision_dtype(precision), precision.endswith("-mixed")
+    storage = torch.float32 if mixed else low
+    policy = MixedPrecisionPolicy(
+        param_dtype=low, reduce_dtype=REDUCE[reduce] if reduce else torch.float32 if mixed else storage
+    )
+    net, mesh = task.net().to(storage), init_device_mesh("cpu", (world_size(),))
+    for module in [*net.blocks, net]:
+        fully_shard(module, mesh=mesh, mp_policy=policy)
+    opt = torch.optim.AdamW(net.parameters(), lr=task.lr)
+    scaler = torch.amp.GradScaler("cpu") if precision == "16-mixed" else None
+    clock, losses = Clock(), []
+    for x, y in loader(task, warmup + steps):
+        clock.tick()
+        with torch.autocast("cpu", dtype=low) if mixed else contextlib.nullcontext():
+            out = net(x.to(storage))
+        loss = loss_fn(out, y)
+        losses.append(float(loss.detach()))
+        backward_and_step(loss, opt, scaler, None if on_step is None else lambda: on_step(net, opt))
+    clock.tick()
+    return clock.result(warmup, losses=losses, module=net)
+
+
+def deepspeed(variant: str, precision: str, task: Task, steps: int, warmup: int, stage: int = 2, options: Any = None,
+              extra_config: dict[str, Any] | None = None, on_step: OnStep = None) -> Any:  # fmt: skip
+    """DeepSpeed fit (ZeRO ``stage``): ``ours`` / ``builtin`` / ``hand``; ``extra_config`` is merged into the config."""
+    import deepspeed as ds
+    import lightning.pytorch as pl
+    from lightning.pytorch.plugins.precision import DeepSpeedPrecision as Builtin
+
+    import precision_base
+    from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
+
+    strategy = DeepSpeedCPUStrategy(stage=stage, logging_batch_size_per_gpu=task.batch)
+    strategy.config.update(copy.deepcopy(extra_config or {}))  # type: ignore[union-attr]
+    if variant == "ours":
+        plugin = DeepSpeedPrecision(precision, **(options or {}))
+        trainer, kw = precision_base.Trainer, dict[str, Any](precision_plugin=plugin)
+    elif variant == "builtin":
+        trainer, kw = pl.Trainer, {"plugins": [Builtin(precision)]}  # type: ignore[arg-type,assignment]
+    if variant != "hand":
+        result = _lightning_fit(trainer, task, steps, warmup, on_step, None, strategy=strategy, **kw)
+        gc.collect()
+        return result
+    # hand: deepspeed.initialize with the config ours ends up with, then forward, backward, step
+    ensure_process_group()
+    config = DeepSpeedPrecision(precision).deepspeed_config(
+        {**copy.deepcopy(strategy.config or {}), "gradient_accumulation_steps": 1, "gradient_clipping": 0.0}
+    )
+    low, net = precision_dtype(precision), task.net()
+    if precision.endswith("-true"):
+        net = net.to(low)  # as the plugin's convert_module does
+    engine, *_ = ds.initialize(model=net, optimizer=torch.optim.AdamW(net.parameters(), lr=task.lr), config=config)
+    clock, losses = Clock(), []
+    for x, y in loader(task, warmup + steps):
+        clock.tick()
+        loss = loss_fn(engine(x.to(low)), y)
+        losses.append(float(loss.detach()))
+        engine.backward(loss)
+        if on_step is not None:
+            on_step(engine, engine.optimizer)
+        engine.step()
+    clock.tick()
+    gc.collect()
+    return clock.result(warmup, losses=losses, engine=engine)
+
+
+def run(backend: str, variant: str, precision: str, task: Task, steps: int, warmup: int, **kw: Any) -> dict[str, Any]:
+    """One fit of ``backend`` ("fsdp" or "deepspeed"); a ``-lowreduce`` variant (FSDP ``*-mixed``) reduces in the
+    compute dtype instead of fp32."""
+    if variant.endswith("-lowreduce"):
+        kw["reduce"] = {"16-mixed": "fp16", "bf16-mixed": "bf16"}[precision]
+        variant = variant.removesuffix("-lowreduce")
+    result: dict[str, Any] = (fsdp if backend == "fsdp" else deepspeed)(variant, precision, task, steps, warmup, **kw)
+    return result

@@ -143,6 +143,17 @@ def check_dir(
     return checked, problems
 
 
+def license_members(path: Path) -> list[str]:
+    """The LICENSE files inside a wheel or sdist, by their path in the archive."""
+    if path.suffix == ".whl":
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    else:
+        with tarfile.open(path) as tf:
+            names = tf.getnames()
+    return [n for n in names if n.rsplit("/", 1)[-1] == "LICENSE"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dist_dir", type=Path)
@@ -151,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     checked, problems = check_dir(args.dist_dir, args.package, release=args.release)
     for name in checked:
-        print(f"checked {name}")
+        print(f"checked {name}; license files: {', '.join(license_members(args.dist_dir / name)) or 'none'}")
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -13,7 +13,7 @@ SESSIONS = [
     {"session": "tests-precision_base(torch='2.13', lightning='2.6')", "tags": ["base", "matrix", "ci"]},
     {"session": "tests-precision_base(torch='2.14', lightning='2.6')", "tags": ["base", "matrix"]},
     {"session": "tests-precision_fsdp(torch='2.13', lightning='2.6')", "tags": ["fsdp", "matrix", "ci"]},
-    {"session": "tests-precision_fsdp(lowest)", "tags": ["fsdp", "matrix", "lowest"]},
+    {"session": "lowest-precision_fsdp", "tags": ["fsdp", "matrix", "lowest"]},
     {
         "session": "tests-precision_deepspeed(torch='2.13', deepspeed='0.19', lightning='2.6')",
         "tags": ["deepspeed", "matrix", "ci"],
@@ -57,7 +57,7 @@ def test_a_base_change_runs_every_packages_ci_cell() -> None:
 
 def test_full_runs_every_matrix_cell() -> None:
     chosen = select(SESSIONS, None, full=True)
-    assert "tests-precision_fsdp(lowest)" in chosen
+    assert "lowest-precision_fsdp" in chosen
     assert "tests-precision_base(torch='2.14', lightning='2.6')" in chosen
     assert "docs" not in chosen
 

@@ -38,7 +38,7 @@ def _cells() -> list[dict[str, object]]:
             "tests": {"tests": 10, "failures": 0, "errors": 0, "skipped": 1},
         },
         {
-            "session": "tests-precision_fsdp(lowest)",
+            "session": "lowest-precision_fsdp",
             "package": "precision-fsdp",
             "requested": {"variant": "lowest"},
             "status": "failed",
@@ -58,7 +58,7 @@ def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
     row = "| `torch=2.13, lightning=2.6` | ✅ passed | 9 passed, 0 failed, 1 skipped | 2.13.0+cpu | 2.6.6 | - |"
     assert row in text
     assert "| `variant=lowest` | ❌ failed |" in text
-    assert "- `tests-precision_fsdp(lowest)`: test_x: boom" in text
+    assert "- `lowest-precision_fsdp`: test_x: boom" in text
     assert "- a: b" in text
     assert json.loads(js.read_text())["cells"][1]["status"] == "failed"
 

@@ -63,6 +63,7 @@ def _entry_dict(entry: PluginEntry) -> dict[str, Any]:
         "distribution": entry.distribution,
         "version": entry.version,
         "origin": entry.origin,
+        "entry_point": entry.entry_point,
         "precisions": list(entry.precisions),
         "status": entry.status,
         "reason": entry.reason,

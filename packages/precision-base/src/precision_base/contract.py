@@ -48,6 +48,9 @@ class PluginInfo:
             e.g. ``("deepspeed>=0.14",)``.
         contract_version: the :data:`CONTRACT_VERSION` the plugin was built for.
         summary: one line for ``precision-plugins list``.
+        fabric_class: optional ``"module:QualName"`` of the plugin's class for ``lightning.fabric.Fabric`` (derived
+            from a ``lightning.fabric.plugins.precision`` class and :class:`PrecisionPlugin`); ``""`` (the default)
+            means the plugin offers no Fabric class, which Fabric doors say when asked for it.
     """
 
     backend: str
@@ -57,6 +60,7 @@ class PluginInfo:
     requires: tuple[str, ...] = ()
     contract_version: int = CONTRACT_VERSION
     summary: str = ""
+    fabric_class: str = ""
 
     def __post_init__(self) -> None:
         problems = _info_problems(self)
@@ -76,6 +80,8 @@ def _info_problems(info: PluginInfo) -> list[str]:
             problems.append(f"precisions {unknown!r} are not canonical; use names from {PRECISIONS}")
     if not isinstance(info.plugin_class, str) or not _OBJECT_REF_RE.match(info.plugin_class):
         problems.append(f"plugin_class must look like 'package.module:ClassName', got {info.plugin_class!r}")
+    if not isinstance(info.fabric_class, str) or (info.fabric_class and not _OBJECT_REF_RE.match(info.fabric_class)):
+        problems.append(f"fabric_class must be '' or look like 'package.module:ClassName', got {info.fabric_class!r}")
     if not isinstance(info.requires, tuple) or not all(isinstance(r, str) for r in info.requires):
         problems.append(f"requires must be a tuple of requirement strings, got {info.requires!r}")
     if not isinstance(info.contract_version, int) or isinstance(info.contract_version, bool):

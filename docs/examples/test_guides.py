@@ -26,16 +26,29 @@ def run_example(name: str, cwd: Path, *args: str) -> str:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("quick_fsdp.py", "FSDP2Strategy fsdp:bf16-mixed"),
-        ("quick_deepspeed.py", "DeepSpeedCPUStrategy {'enabled': True}"),
-        ("fsdp2_custom_sharding.py", "FSDP2Strategy fsdp:bf16-mixed"),
-        ("plugin_options.py", "fsdp:16-mixed FSDPPrecision"),
-        ("own_trainer.py", "MyTrainer fsdp:bf16-mixed"),
-        ("pytorch_lightning_trainer.py", "True fsdp:bf16-mixed"),
+        ("quick_fsdp.py", ["FSDP2Strategy fsdp:bf16-mixed"]),
+        ("quick_deepspeed.py", ["DeepSpeedCPUStrategy {'enabled': True}"]),
+        ("fsdp2_custom_sharding.py", ["FSDP2Strategy fsdp:bf16-mixed"]),
+        ("plugin_options.py", ["fsdp:16-mixed FSDPPrecision"]),
+        ("own_trainer.py", ["MyTrainer fsdp:bf16-mixed"]),
+        ("pytorch_lightning_trainer.py", ["True fsdp:bf16-mixed"]),
+        (
+            "deepspeed_config.py",
+            [
+                "stage 3 bf16 {'enabled': True}",
+                "DeepSpeedConfigConflictError: the DeepSpeed config you passed contradicts",
+            ],
+        ),
+        (
+            "checkpoint_resume.py",
+            ["resumed from step 2, stopped at step 4", "the 16-mixed loss scaler state is dropped"],
+        ),
     ],
 )
-def test_training_example_runs(name: str, expected: str, tmp_path: Path) -> None:
-    assert expected in run_example(name, tmp_path)
+def test_training_example_runs(name: str, expected: list[str], tmp_path: Path) -> None:
+    out = run_example(name, tmp_path)
+    for line in expected:
+        assert line in out, f"{name} printed:\n{out}"
 
 
 @pytest.mark.slow

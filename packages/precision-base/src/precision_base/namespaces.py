@@ -34,7 +34,12 @@ FABRIC_NAMESPACES: Final[tuple[str, ...]] = ("lightning.fabric", "lightning_fabr
 
 _UNIFIED_TO_STANDALONE: Final = {"lightning.pytorch": "pytorch_lightning", "lightning.fabric": "lightning_fabric"}
 _STANDALONE_TO_UNIFIED: Final = {v: k for k, v in _UNIFIED_TO_STANDALONE.items()}
-_TOKENS: Final = {"lightning.pytorch": "lightning_pytorch", "pytorch_lightning": "pytorch_lightning"}
+_TOKENS: Final = {
+    "lightning.pytorch": "lightning_pytorch",
+    "pytorch_lightning": "pytorch_lightning",
+    "lightning.fabric": "lightning_fabric_unified",
+    "lightning_fabric": "lightning_fabric",
+}
 _FROM_TOKEN: Final = {v: k for k, v in _TOKENS.items()}
 
 # __path__ makes this module the parent of the importable modules that hold rebuilt classes (see _RebuiltFinder)
@@ -70,7 +75,8 @@ def namespace_of(obj: Any) -> Optional[str]:
 
 def _translated_module(module: str, namespace: str) -> Optional[str]:
     """``module`` renamed into ``namespace``'s package family, or ``None`` if it is no Lightning module."""
-    mapping = _UNIFIED_TO_STANDALONE if namespace == "pytorch_lightning" else _STANDALONE_TO_UNIFIED
+    standalone = namespace in ("pytorch_lightning", "lightning_fabric")
+    mapping = _UNIFIED_TO_STANDALONE if standalone else _STANDALONE_TO_UNIFIED
     for source, target in mapping.items():
         if module == source or module.startswith(source + "."):
             return target + module[len(source) :]
@@ -151,18 +157,19 @@ def for_namespace(plugin_class: type, namespace: str) -> type:
     Args:
         plugin_class: a class whose MRO holds classes of a Lightning namespace (normally a plugin class written for
             ``lightning.pytorch``).
-        namespace: ``"lightning.pytorch"`` or ``"pytorch_lightning"``.
+        namespace: ``"lightning.pytorch"`` or ``"pytorch_lightning"``; for a Fabric class (one written for
+            ``lightning.fabric``), ``"lightning.fabric"`` or ``"lightning_fabric"``.
 
     Returns:
         ``plugin_class`` itself when it already belongs to ``namespace`` or has no Lightning base; otherwise the
         rebuilt class, the same object on every call.
 
     Raises:
-        ValueError: ``namespace`` is not one of :data:`NAMESPACES`.
+        ValueError: ``namespace`` is not one of :data:`NAMESPACES` or :data:`FABRIC_NAMESPACES`.
         ImportError: the Lightning package of ``namespace`` is not installed.
     """
-    if namespace not in NAMESPACES:
-        raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")
+    if namespace not in NAMESPACES + FABRIC_NAMESPACES:
+        raise ValueError(f"namespace must be one of {NAMESPACES + FABRIC_NAMESPACES}, got {namespace!r}")
     current = namespace_of(plugin_class)
     if current is None or current == namespace:
         return plugin_class

@@ -296,9 +296,23 @@ def resume(out: Path) -> list[dict[str, Any]]:
     plain = make_module(pl, shard_in_configure_model=False)
     records = []
     ckpt: str | None = None
-    chain = [("16-mixed", 2), ("bf16-mixed", 4), ("16-mixed", 6), ("32-true", 8), ("bf16-true", 10)]
+    # "builtin-32-true": Lightning's own FSDPPrecision (plain lightning.Trainer; FSDP2Strategy shards with plain
+    # fully_shard for a plugin without one), to show checkpoints move between the two classes both ways
+    chain = [
+        ("16-mixed", 2),
+        ("bf16-mixed", 4),
+        ("16-mixed", 6),
+        ("32-true", 8),
+        ("builtin-32-true", 10),
+        ("32-true", 12),
+        ("bf16-true", 14),
+    ]
     for i, (precision, steps) in enumerate(chain):
-        trainer_cls = partial(precision_base.Trainer, precision_plugin=f"fsdp:{precision}", devices=2)
+        if precision.startswith("builtin-"):
+            builtin = pl.plugins.precision.FSDPPrecision(precision.removeprefix("builtin-"))
+            trainer_cls = partial(pl.Trainer, plugins=[builtin], strategy=_fsdp2(pl), devices=2)
+        else:
+            trainer_cls = partial(precision_base.Trainer, precision_plugin=f"fsdp:{precision}", devices=2)
         record, trainer = fit(f"resume-{i}-{precision}", pl, trainer_cls, plain, out, ckpt=ckpt, max_steps=steps)
         record["resumed_from"] = ckpt
         records.append(record)

@@ -315,8 +315,22 @@ def test_resume_under_another_precision_says_what_changed(doors: DoorRuns, label
         assert run["start_scale"] == 65536.0
 
 
+def test_checkpoints_move_between_ours_and_lightnings_builtin_both_ways(doors: DoorRuns) -> None:
+    """Ours (32-true) -> Lightning's FSDPPrecision("32-true") -> ours: the precision key we add is ignored by
+    Lightning's class, and a checkpoint without it resumes with ours silently (same precision)."""
+    runs = doors("resume")
+    builtin, back = runs["resume-4-builtin-32-true"], runs["resume-5-32-true"]
+    for run, start in ((builtin, 8), (back, 10)):
+        assert "error" not in run, run.get("error")
+        assert run["start_step"] == start
+        assert all(math.isfinite(x) for x in run["losses"])
+        assert not [w for w in run["warnings"] if "resuming a checkpoint" in w]
+    assert builtin["plugin"] == "lightning.pytorch.plugins.precision.fsdp.FSDPPrecision"
+    assert back["plugin"] == "precision_fsdp.plugin.FSDPPrecision"
+
+
 def test_resume_with_another_parameter_dtype_is_refused(doors: DoorRuns) -> None:
-    run = doors("resume")["resume-4-bf16-true"]
+    run = doors("resume")["resume-6-bf16-true"]
     assert run["error"] == (
         "PrecisionChangeError: cannot resume a checkpoint written under precision '32-true' with precision "
         "'bf16-true': its sharded parameters and optimizer state are float32, the model's are bfloat16. Resume "

@@ -1,7 +1,9 @@
-"""precision-base: the shared contract, discovery by name and the Trainer front door for precision plugins.
+"""precision-base: the shared contract, discovery by name and the Trainer and Fabric front doors for precision plugins.
 
 ``import precision_base`` imports neither torch nor Lightning nor DeepSpeed. :class:`Trainer` (which needs
-Lightning), :class:`PrecisionPluginTrainerMixin` and :func:`prepare_trainer_kwargs` are imported on first access.
+Lightning), :class:`PrecisionPluginTrainerMixin` and :func:`prepare_trainer_kwargs` are imported on first access;
+so are :class:`Fabric`, :class:`PrecisionPluginFabricMixin`, :func:`prepare_fabric_kwargs` and
+:func:`resolve_fabric` (see :mod:`precision_base.fabric`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from precision_base.registry import (
 from precision_base.spec import PRECISIONS, PluginSpec, normalize_precision, parse_spec
 
 if TYPE_CHECKING:
+    from precision_base.fabric import PrecisionPluginFabricMixin, prepare_fabric_kwargs, resolve_fabric
+    from precision_base.fabric_class import Fabric
     from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
     from precision_base.trainer import Trainer
 
@@ -50,6 +54,7 @@ __all__ = [
     "ContractVersionError",
     "DtypeTable",
     "DuplicateBackendError",
+    "Fabric",
     "InvalidPluginInfoError",
     "InvalidSpecError",
     "PluginEntry",
@@ -59,6 +64,7 @@ __all__ = [
     "PluginSpec",
     "PrecisionPlugin",
     "PrecisionPluginError",
+    "PrecisionPluginFabricMixin",
     "PrecisionPluginTrainerMixin",
     "SpecTypeError",
     "Trainer",
@@ -72,10 +78,12 @@ __all__ = [
     "list_plugins",
     "normalize_precision",
     "parse_spec",
+    "prepare_fabric_kwargs",
     "prepare_trainer_kwargs",
     "register",
     "registered",
     "resolve",
+    "resolve_fabric",
     "unregister",
 ]
 
@@ -89,4 +97,12 @@ def __getattr__(name: str) -> Any:
         from precision_base import front_door
 
         return getattr(front_door, name)
+    if name == "Fabric":
+        from precision_base.fabric_class import Fabric
+
+        return Fabric
+    if name in ("PrecisionPluginFabricMixin", "prepare_fabric_kwargs", "resolve_fabric"):
+        from precision_base import fabric
+
+        return getattr(fabric, name)
     raise AttributeError(f"module 'precision_base' has no attribute {name!r}")

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from precision_base._compat import parse_env_variables
 from precision_base.contract import PrecisionPlugin
+from precision_base.doors import door_of, wrong_door_error
 from precision_base.errors import PrecisionPluginError, TrainerConfigurationError
 from precision_base.namespaces import NAMESPACES, lightning_root, namespace_of
 from precision_base.registry import resolve
@@ -88,6 +89,8 @@ def _duplicate_precision_error(shown: str) -> TrainerConfigurationError:
 
 
 def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any:
+    if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == "Fabric":
+        raise wrong_door_error(plugin, "Trainer", where="precision_plugin=")
     if isinstance(plugin, precision_class):
         return plugin
     other = namespace_of(plugin)
@@ -146,6 +149,9 @@ def prepare_trainer_kwargs(
     given = _as_list(kwargs.get("plugins"))
     named = [p for p in given if isinstance(p, str)]
     plugins = [_resolve_name_in_plugins(p, namespace) if isinstance(p, str) else p for p in given]
+    for plugin in plugins:
+        if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == "Fabric":
+            raise wrong_door_error(plugin, "Trainer", where="plugins=")
     chosen: Optional[Any] = None
     if precision_plugin is not None:
         chosen = (

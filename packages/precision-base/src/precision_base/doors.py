@@ -1,0 +1,145 @@
+"""Which door a plugin instance was built for (a Lightning Trainer or Fabric), and the error for the wrong one.
+
+A plugin package offers two classes per backend: the Trainer class (``PluginInfo.plugin_class``, built on
+``lightning.pytorch``'s precision class) and the Fabric class (``PluginInfo.fabric_class``, built on
+``lightning.fabric``'s). Lightning's Trainer-side precision classes derive from Fabric's ``Precision``, so
+``lightning.fabric.Fabric(plugins=[<Trainer class instance>])`` accepts one and fails much later (an
+``AttributeError`` in ``fabric.backward``). The doors (:mod:`precision_base.front_door`, :mod:`precision_base.fabric`)
+refuse such an instance when they are called; :func:`check_caller` lets a plugin's ``convert_module`` refuse it when
+Lightning's own ``Fabric.setup`` (or a Trainer strategy) sets it up.
+
+Importing this module imports no torch or Lightning module.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal, Optional
+
+from precision_base.errors import PrecisionPluginError, TrainerConfigurationError
+from precision_base.namespaces import FABRIC_NAMESPACES, NAMESPACES, namespace_of
+
+Door = Literal["Trainer", "Fabric"]
+
+
+class WrongDoorError(TrainerConfigurationError):
+    """A plugin instance built for a Trainer was handed to Fabric, or one built for Fabric to a Trainer.
+
+    Attributes:
+        plugin: the instance that was refused.
+        door: ``"Trainer"`` or ``"Fabric"``, the door it was handed to.
+    """
+
+    def __init__(self, message: str, *, plugin: Any, door: Door) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.door = door
+
+
+def door_of(plugin: Any) -> Optional[Door]:
+    """``"Trainer"`` or ``"Fabric"``: the door ``plugin``'s class (or a class) was built for; ``None`` for neither."""
+    namespace = namespace_of(plugin)
+    if namespace in NAMESPACES:
+        return "Trainer"
+    if namespace in FABRIC_NAMESPACES:
+        return "Fabric"
+    return None
+
+
+def _class_path(plugin: Any, door: Door) -> str:
+    """``"module.QualName"`` of the plugin's class for ``door``, from its backend's registration when it has one."""
+    backend = getattr(plugin, "backend", None)
+    ref = ""
+    if isinstance(backend, str):
+        from precision_base.registry import get_entry
+
+        try:
+            info = get_entry(backend).info
+        except PrecisionPluginError:  # an unregistered backend only loses the class name in the message
+            info = None
+        if info is not None:
+            ref = info.fabric_class if door == "Fabric" else info.plugin_class
+    return ref.replace(":", ".") if ref else ""
+
+
+def wrong_door_error(plugin: Any, door: Door, *, where: str = "") -> WrongDoorError:
+    """The error for ``plugin`` (built for the other door) handed to ``door``.
+
+    Args:
+        plugin: the plugin instance.
+        door: the door it was handed to: ``"Trainer"`` or ``"Fabric"``.
+        where: how it was handed over, e.g. ``"precision_plugin="`` or ``"Fabric.setup()"``; shown in the message.
+
+    Returns:
+        A :class:`WrongDoorError` whose message names the class to use for ``door`` (from the backend's
+        ``PluginInfo``) and the plugin name that builds it.
+    """
+    built_for: Door = "Fabric" if door == "Trainer" else "Trainer"
+    cls = type(plugin)
+    spec = getattr(plugin, "spec", None)
+    use = _class_path(plugin, door)
+    shown = f"{where} got " if where else ""
+    message = (
+        f"{shown}{plugin!r}, an instance of {cls.__module__}.{cls.__qualname__}: that is the plugin class for "
+        f"{'Lightning Fabric' if built_for == 'Fabric' else 'a Lightning Trainer'} ({namespace_of(plugin)}), and a "
+        f"{door} cannot use it."
+    )
+    if use and spec:
+        message += f" Use {use}({getattr(plugin, 'precision', '')!r}) instead"
+        door_call = "precision_base.Fabric" if door == "Fabric" else "precision_base.Trainer"
+        message += f", or pass the name: {door_call}(precision_plugin={spec!r})."
+    elif spec:
+        message += (
+            f" The backend {getattr(plugin, 'backend', '?')!r} registers no class for {door}"
+            f"{' (its PluginInfo has no fabric_class)' if door == 'Fabric' else ''}."
+        )
+    return WrongDoorError(message, plugin=plugin, door=door)
+
+
+_LIGHTNING_PACKAGES = {
+    "lightning.fabric": "Fabric",
+    "lightning_fabric": "Fabric",
+    "lightning.pytorch": "Trainer",
+    "pytorch_lightning": "Trainer",
+}
+
+
+def _calling_door(depth: int) -> tuple[Optional[Door], str]:
+    """The door of the first Lightning module on the call stack above ``depth`` frames, and where in it the call
+    came from (``"Fabric.setup()"``, ``"lightning.pytorch.strategies.model_parallel (setup)"``)."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return None, ""
+    for _ in range(8):
+        if frame is None:
+            break
+        module = str(frame.f_globals.get("__name__", ""))
+        for package, door in _LIGHTNING_PACKAGES.items():
+            if module == package or module.startswith(package + "."):
+                function = frame.f_code.co_name
+                shown = f"Fabric.{function}()" if module.endswith(".fabric") else f"{module} ({function})"
+                return door, shown  # type: ignore[return-value]
+        frame = frame.f_back  # type: ignore[assignment]
+    return None, ""
+
+
+def check_caller(plugin: Any) -> None:
+    """Refuse ``plugin`` when the Lightning code calling into it belongs to the other door.
+
+    Plugin classes call this first thing in ``convert_module``, which both ``lightning.fabric.Fabric.setup`` and
+    every Trainer strategy call before training: a Trainer class set up by Fabric (or a Fabric class by a Trainer
+    strategy) is refused there, with the class to use, instead of failing later in ``backward``. Calls from
+    anywhere else (tests, custom loops) pass.
+
+    Raises:
+        WrongDoorError: the caller is Lightning code of the other door.
+    """
+    built_for = door_of(plugin)
+    caller, module = _calling_door(1)
+    if built_for is None or caller is None or caller == built_for:
+        return
+    raise wrong_door_error(plugin, caller, where=module)
+
+
+__all__ = ["WrongDoorError", "check_caller", "door_of", "wrong_door_error"]

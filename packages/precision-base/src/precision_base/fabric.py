@@ -1,0 +1,248 @@
+"""The Fabric front door: ``precision_plugin="fsdp:bf16-mixed"`` for ``lightning.fabric.Fabric``.
+
+Three public forms, like the Trainer door (:mod:`precision_base.front_door`):
+
+* ``precision_base.Fabric``: ``lightning.fabric.Fabric`` with a ``precision_plugin=`` argument;
+* :class:`PrecisionPluginFabricMixin`, listed before a Fabric class in the bases of a user's own Fabric subclass
+  (``lightning.fabric.Fabric`` or ``lightning_fabric.Fabric``; the namespace comes from the class);
+* :func:`prepare_fabric_kwargs`, for a Fabric subclass with its own ``__init__``.
+
+A name resolves to the backend's *Fabric* class (``PluginInfo.fabric_class``, derived from a
+``lightning.fabric.plugins.precision`` class), never to its Trainer class; :func:`resolve_fabric` does that and
+says so when a backend has no Fabric class. The plugin's ``configure_strategy`` then checks ``strategy=``:
+``"auto"`` becomes the backend's Fabric strategy, a strategy that cannot work is an error saying what to pass.
+
+Importing this module imports no torch or Lightning module; each call imports the namespace it works for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Optional
+
+from precision_base.contract import PrecisionPlugin
+from precision_base.doors import door_of, wrong_door_error
+from precision_base.errors import PrecisionPluginError, TrainerConfigurationError, UnsupportedPrecisionError
+from precision_base.front_door import _as_list, _duplicate_precision_error, _plugin_name_error, _precision_flag
+from precision_base.namespaces import FABRIC_NAMESPACES, for_namespace, lightning_root, namespace_of
+from precision_base.registry import get_entry, get_plugin_class
+from precision_base.spec import PRECISIONS, parse_spec
+
+
+class FabricNotSupportedError(PrecisionPluginError, ValueError):
+    """The backend is installed but registers no Fabric class (its ``PluginInfo.fabric_class`` is empty)."""
+
+
+def fabric_class(backend: str) -> type:
+    """The Fabric plugin class ``backend`` registers (``PluginInfo.fabric_class``), imported and checked.
+
+    Raises:
+        FabricNotSupportedError: the backend has no Fabric class.
+        PrecisionPluginError: what :func:`precision_base.resolve` raises for a backend that cannot be used, or the
+            class is not a :class:`~precision_base.PrecisionPlugin` built on a Fabric precision class.
+    """
+    trainer_class = get_plugin_class(backend)  # requirement, contract and import checks of the backend
+    entry = get_entry(backend)
+    assert entry.info is not None
+    ref = entry.info.fabric_class
+    if not ref:
+        raise FabricNotSupportedError(
+            f"precision backend {backend!r} ({entry.distribution} {entry.version}) offers no plugin class for "
+            f"Lightning Fabric (its PluginInfo has no fabric_class); it works with the Trainer only: "
+            f"precision_base.Trainer(precision_plugin='{backend}:<precision>'), class "
+            f"{trainer_class.__module__}.{trainer_class.__qualname__}."
+        )
+    module_name, _, qualname = ref.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not (isinstance(obj, type) and issubclass(obj, PrecisionPlugin) and door_of(obj) == "Fabric"):
+        raise PrecisionPluginError(
+            f"precision backend {backend!r} ({entry.distribution} {entry.version}): fabric_class {ref} is not a "
+            "precision_base.PrecisionPlugin built on a lightning.fabric precision class"
+        )
+    return obj
+
+
+def resolve_fabric(spec: object, *, namespace: str = "lightning.fabric", **options: Any) -> Any:
+    """Like :func:`precision_base.resolve`, but the instance is the backend's Fabric class, built for ``namespace``
+    (``"lightning.fabric"`` or ``"lightning_fabric"``); ``options`` go to its constructor (the same options as the
+    Trainer class takes).
+
+    Raises:
+        FabricNotSupportedError: the backend has no Fabric class.
+        PrecisionPluginError: everything :func:`precision_base.resolve` raises.
+    """
+    if namespace not in FABRIC_NAMESPACES:
+        raise ValueError(f"namespace must be one of {FABRIC_NAMESPACES}, got {namespace!r}")
+    parsed = parse_spec(spec)
+    entry = get_entry(parsed.backend)
+    assert entry.info is not None
+    if parsed.precision not in entry.info.precisions:
+        raise UnsupportedPrecisionError(
+            f"precision backend {parsed.backend!r} ({entry.distribution} {entry.version}) does not offer "
+            f"{parsed.precision!r}; it offers " + ", ".join(entry.info.precisions)
+        )
+    return for_namespace(fabric_class(parsed.backend), namespace)(parsed.precision, **options)
+
+
+def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any:
+    if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == "Trainer":
+        raise wrong_door_error(plugin, "Fabric", where="precision_plugin=")
+    if isinstance(plugin, precision_class):
+        if isinstance(plugin, PrecisionPlugin) and namespace_of(plugin) != namespace:
+            raise TrainerConfigurationError(
+                f"precision_plugin={plugin!r} was built for {namespace_of(plugin)}, but this Fabric is {namespace}'s. "
+                f"Pass the plugin's name instead (precision_plugin={plugin.spec!r})."
+            )
+        return plugin
+    raise TypeError(
+        f'precision_plugin must be a name like "fsdp:bf16-mixed" or a {namespace} Precision instance, '
+        f"got {type(plugin).__name__} {plugin!r}"
+    )
+
+
+def prepare_fabric_kwargs(
+    precision_plugin: Optional[Any], kwargs: dict[str, Any], *, namespace: str = "lightning.fabric"
+) -> dict[str, Any]:
+    """Turn ``precision_plugin=`` and plugin names in ``plugins=`` into Fabric keyword arguments.
+
+    The function form of :class:`PrecisionPluginFabricMixin`::
+
+        class MyFabric(lightning.fabric.Fabric):
+            def __init__(self, *, precision_plugin=None, **kwargs):
+                super().__init__(**prepare_fabric_kwargs(precision_plugin, kwargs))
+
+    Args:
+        precision_plugin: ``None``, a plugin name ``"<backend>:<precision>"`` or a Fabric plugin instance (the
+            backend's Fabric class) of ``namespace``.
+        kwargs: the other Fabric keyword arguments; not modified. A string in ``plugins=`` is read as a plugin name.
+        namespace: ``"lightning.fabric"`` (``lightning.fabric.Fabric``) or ``"lightning_fabric"``.
+
+    Returns:
+        A new dict: ``plugins=`` holds the plugin instance after the other plugins, and ``strategy=`` is what the
+        plugin's ``configure_strategy`` returned for the given ``strategy``, ``accelerator`` and ``devices``.
+
+    Raises:
+        WrongDoorError: the instance is a plugin's Trainer class (the message names the Fabric class to use).
+        FabricNotSupportedError: the named backend has no Fabric class.
+        TrainerConfigurationError: ``precision=`` is also given, more than one precision plugin is given, a string
+            in ``plugins=`` is not a plugin name, or the plugin cannot work with ``strategy=``.
+        TypeError: ``precision_plugin`` is neither a name nor a Fabric ``Precision``.
+    """
+    if namespace not in FABRIC_NAMESPACES:
+        raise ValueError(f"namespace must be one of {FABRIC_NAMESPACES}, got {namespace!r}")
+    lightning: Any = lightning_root(namespace)
+    precision_class: type = lightning.plugins.precision.Precision
+    given = _as_list(kwargs.get("plugins"))
+    named = [p for p in given if isinstance(p, str)]
+    plugins = [_resolve_name_in_plugins(p, namespace) if isinstance(p, str) else p for p in given]
+    for plugin in plugins:
+        if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == "Trainer":
+            raise wrong_door_error(plugin, "Fabric", where="plugins=")
+    chosen: Optional[Any] = None
+    if precision_plugin is not None:
+        chosen = (
+            resolve_fabric(precision_plugin, namespace=namespace)
+            if isinstance(precision_plugin, str)
+            else _checked_instance(precision_plugin, namespace, precision_class)
+        )
+    in_plugins = [p for p in plugins if isinstance(p, precision_class)]
+    if chosen is not None and in_plugins:
+        raise _duplicate_precision_error(
+            f"(precision_plugin={precision_plugin!r} and the precision plugin {type(in_plugins[0]).__name__} in "
+            "plugins= are two.)"
+        )
+    if len(in_plugins) > 1:
+        raise _duplicate_precision_error("(plugins= holds " + ", ".join(type(p).__name__ for p in in_plugins) + ".)")
+    if chosen is None and named:
+        chosen = in_plugins[0]
+    out = dict(kwargs)
+    if chosen is None:
+        if named:
+            out["plugins"] = plugins
+        return out
+    if kwargs.get("precision") is not None:
+        flag = _precision_flag(kwargs["precision"])
+        backend = getattr(chosen, "backend", "fsdp")
+        example = f'precision_plugin="{backend}:{flag if flag in PRECISIONS else "bf16-mixed"}"'
+        raise TrainerConfigurationError(
+            f"Received both `precision={flag}` and `plugins={chosen}`. Choose one. "
+            f"(The precision plugin {getattr(chosen, 'spec', type(chosen).__name__)!r} already sets the precision: "
+            f"remove precision=, and put the precision in the plugin name instead, e.g. {example}.)"
+        )
+    out.pop("precision", None)
+    if isinstance(chosen, PrecisionPlugin):
+        out["strategy"] = chosen.configure_strategy(
+            kwargs.get("strategy", "auto"),
+            accelerator=kwargs.get("accelerator", "auto"),
+            devices=kwargs.get("devices", "auto"),
+        )
+    out["plugins"] = [*(p for p in plugins if p is not chosen), chosen]
+    return out
+
+
+def _resolve_name_in_plugins(name: str, namespace: str) -> Any:
+    try:
+        return resolve_fabric(name, namespace=namespace)
+    except (ValueError, TypeError) as exc:
+        if not isinstance(exc, PrecisionPluginError) or isinstance(exc, (TrainerConfigurationError,)):
+            raise
+        if isinstance(exc, FabricNotSupportedError):
+            raise
+        raise _plugin_name_error(
+            namespace,
+            f"Found invalid type for plugin {name}. A string in plugins= is read as a precision plugin name, and "
+            f"{name!r} is not one: {exc}",
+        ) from exc
+
+
+def _fabric_namespace(cls: type) -> str:
+    namespace = namespace_of(cls)
+    if namespace not in FABRIC_NAMESPACES:
+        raise TypeError(
+            f"{cls.__qualname__} uses PrecisionPluginFabricMixin without a Lightning Fabric base: list the mixin "
+            "before lightning.fabric.Fabric or lightning_fabric.Fabric, e.g. "
+            "class MyFabric(PrecisionPluginFabricMixin, lightning.fabric.Fabric)"
+        )
+    assert namespace is not None
+    return namespace
+
+
+class PrecisionPluginFabricMixin:
+    """Gives a Lightning Fabric class a ``precision_plugin=`` argument; list it before the Fabric class::
+
+        class MyFabric(PrecisionPluginFabricMixin, lightning.fabric.Fabric): ...
+
+    Args:
+        precision_plugin: a plugin name ``"<backend>:<precision>"`` (e.g. ``"deepspeed:bf16-mixed"``) resolved to
+            the backend's Fabric class, or an instance of a Fabric plugin class. ``None`` leaves Fabric as it is,
+            except that plugin names in ``plugins=`` are resolved.
+        **kwargs: every argument of Lightning's ``Fabric``; see :func:`prepare_fabric_kwargs`.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        namespace = namespace_of(cls)
+        if namespace in FABRIC_NAMESPACES:
+            fabric = lightning_root(namespace).Fabric
+            mro = cls.__mro__
+            if fabric in mro and mro.index(fabric) < mro.index(PrecisionPluginFabricMixin):
+                raise TypeError(
+                    f"{cls.__qualname__} lists {fabric.__module__}.Fabric before PrecisionPluginFabricMixin, so the "
+                    f"mixin's __init__ never runs; list the mixin first: class {cls.__name__}"
+                    "(PrecisionPluginFabricMixin, Fabric)"
+                )
+
+    def __init__(self, *, precision_plugin: Optional[Any] = None, **kwargs: Any) -> None:
+        namespace = _fabric_namespace(type(self))
+        super().__init__(**prepare_fabric_kwargs(precision_plugin, kwargs, namespace=namespace))
+
+
+__all__ = [
+    "FabricNotSupportedError",
+    "PrecisionPluginFabricMixin",
+    "fabric_class",
+    "prepare_fabric_kwargs",
+    "resolve_fabric",
+]

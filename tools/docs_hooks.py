@@ -763,6 +763,39 @@ def shape_tables(markdown: str) -> str:
     return "\n".join(out)
 
 
+# ---- tables as per-row sections on a phone ------------------------------------------------------------
+TABLE_HTML = re.compile(r"<table>(.*?)</table>", re.DOTALL)
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html)).strip().replace('"', "&quot;")
+
+
+def label_cells(html: str) -> str:
+    """Every table cell gets its column's header as ``data-label``, so that on a narrow screen the stylesheet can
+    show each row as a small section (``header: value`` lines) instead of a table wider than the phone."""
+
+    def label(table: re.Match[str]) -> str:
+        body = table.group(1)
+        head, sep, rest = body.partition("</thead>")
+        if not sep:
+            return table.group(0)
+        headers = [_text(h) for h in re.findall(r"<th[^>]*>(.*?)</th>", head, re.DOTALL)]
+
+        def row(tr: re.Match[str]) -> str:
+            column = iter(headers)
+            return re.sub(r"<td(?=[\s>])", lambda _m: f'<td data-label="{next(column, "")}"', tr.group(0))
+
+        return "<table>" + head + sep + re.sub(r"<tr>.*?</tr>", row, rest, flags=re.DOTALL) + "</table>"
+
+    return TABLE_HTML.sub(label, html)
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """The mkdocs event after Markdown: label table cells for the phone layout."""
+    return label_cells(html)
+
+
 # Pages whose body the site renders from data instead of the Markdown file: ``compatibility.md`` is written by
 # the version matrix for readers of the repository (a flat table); the site shows the same data as grids.
 RENDERED_FROM_DATA = {"compatibility.md": "# Compatibility\n\n<!-- gen:compatibility -->\n"}

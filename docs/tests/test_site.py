@@ -3,7 +3,8 @@
 Every page of the site is loaded from a local server on 127.0.0.1 and checked for what a reader would see:
 
 * no console error or uncaught exception, except fonts that cannot load offline;
-* no code block (``pre``) and no table wider than its container (text cut off at the right edge);
+* no code block (``pre``) and no table wider than its container (text cut off at the right edge), at 1280 px
+  and at a phone's 390 px;
 * no raw Sphinx role (``:class:``, ``:func:``, ...) shown as text;
 * every image loads;
 * the copy button of a code block copies no ``$`` prompt.
@@ -37,6 +38,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDTH = 1280
+PHONE_WIDTH = 390  # a common phone's CSS width
 HEIGHT = 900
 # Fonts come from Google's servers unless the theme is told not to use them; offline they cannot load.
 OFFLINE_FONTS = re.compile(r"fonts\.(googleapis|gstatic)\.com|\.woff2?\b|font", re.IGNORECASE)
@@ -198,6 +200,11 @@ def measured(site: Path) -> dict[str, dict[str, Any]]:
     return measure_site(site)
 
 
+@pytest.fixture(scope="module")
+def measured_on_a_phone(site: Path) -> dict[str, dict[str, Any]]:
+    return measure_site(site, PHONE_WIDTH)
+
+
 def _report(found: dict[str, Any]) -> str:
     return "\n".join(f"  {page}: {what}" for page, what in found.items())
 
@@ -221,6 +228,16 @@ def test_no_code_block_or_table_overflows_at_1280px(measured: dict[str, dict[str
     }
     total = sum(len(v) for v in found.values())
     assert not found, f"{total} blocks wider than their container at {WIDTH}px:\n{_report(found)}"
+
+
+def test_no_code_block_or_table_overflows_on_a_phone(measured_on_a_phone: dict[str, dict[str, Any]]) -> None:
+    found = {
+        page: [f"{b['kind']} {b['width']}px in {b['visible']}px: {b['text']!r}" for b in m["overflowing"]]
+        for page, m in measured_on_a_phone.items()
+        if m["overflowing"]
+    }
+    total = sum(len(v) for v in found.values())
+    assert not found, f"{total} blocks wider than their container at {PHONE_WIDTH}px:\n{_report(found)}"
 
 
 def test_no_raw_sphinx_roles(measured: dict[str, dict[str, Any]]) -> None:

@@ -145,12 +145,13 @@ def train_doors(args: dict[str, Any]) -> dict[str, Any]:
         namespace = case["namespace"]
         pl = importlib.import_module(namespace)
         plugin = for_namespace(DeepSpeedPrecision, namespace)(case["precision"], **case["options"])
-        model = for_namespace(TinyRegressor, namespace)(hidden=16, optimizer="adamw", lr=0.02, samples=4 * DOOR_STEPS)
+        pl.seed_everything(0)  # the same initial weights in every run: the loss check below is deterministic
+        # one batch of 8 per rank (the 8 samples each rank draws change with the sampler's epoch)
+        model = for_namespace(TinyRegressor, namespace)(hidden=16, optimizer="adamw", lr=0.02, samples=16, batch_size=8)
         trainer = pl.Trainer(
             strategy=for_namespace(DeepSpeedCPUStrategy, namespace)(stage=2), plugins=[plugin], accelerator="cpu",
             devices=2, max_steps=DOOR_STEPS, gradient_clip_val=0.5, default_root_dir=args["root"], **QUIET,
         )  # fmt: skip
-        model.batch_size = 2
         trainer.fit(model)
         engine = trainer.model
         scaler = getattr(engine.optimizer, "loss_scaler", None)
@@ -212,7 +213,7 @@ def _check_door_run(run: dict[str, Any]) -> None:
     assert run["zero_stage"] == 2
     assert run["gradient_clipping"] == 0.5
     losses = run["losses"]
-    assert sum(losses[-2:]) < sum(losses[:2]), f"loss did not fall: {losses}"
+    assert losses[-1] < 0.8 * losses[0], f"loss did not fall: {losses}"
 
 
 def test_pytorch_lightning_trainer_trains_with_the_plugin(door_runs: dict[str, Any]) -> None:

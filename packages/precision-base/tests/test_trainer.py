@@ -189,6 +189,22 @@ def test_a_string_in_plugins_that_is_no_name_gets_a_clear_error(dummy_registered
     assert '"<backend>:<precision>"' in message
 
 
+class _HostileRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("a __repr__ that raises")
+
+
+def test_front_door_messages_stay_bounded_and_never_run_the_inputs_repr(dummy_registered: type) -> None:
+    huge = "x" * 1_000_000
+    with pytest.raises(TrainerConfigurationError) as info:
+        Trainer(plugins=[huge], accelerator="cpu", **QUIET)
+    assert len(str(info.value)) < 2_000
+    assert "(1000000 characters)" in str(info.value)
+    with pytest.raises(TypeError, match="precision_plugin must be a name") as type_info:
+        Trainer(precision_plugin=_HostileRepr(), accelerator="cpu", **QUIET)  # type: ignore[arg-type]
+    assert "an object of type _HostileRepr" in str(type_info.value)
+
+
 def test_two_precision_plugins_by_name_are_refused(dummy_registered: type) -> None:
     with pytest.raises(TrainerConfigurationError, match=r"^Received multiple values for Precision flags"):
         Trainer(plugins=["dummy:32", "dummy:bf16-mixed"], accelerator="cpu", **QUIET)

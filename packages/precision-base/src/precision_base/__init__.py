@@ -3,7 +3,8 @@
 ``import precision_base`` imports neither torch nor Lightning nor DeepSpeed. :class:`Trainer` (which needs
 Lightning), :class:`PrecisionPluginTrainerMixin` and :func:`prepare_trainer_kwargs` are imported on first access;
 so are :class:`Fabric`, :class:`PrecisionPluginFabricMixin`, :func:`prepare_fabric_kwargs` and
-:func:`resolve_fabric` (see :mod:`precision_base.fabric`).
+:func:`resolve_fabric` (see :mod:`precision_base.fabric`), and :class:`PrecisionMonitor` (a callback logging the
+plugin's loss scale and skipped steps).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from precision_base.errors import (
     PluginLoadError,
     PluginRequirementError,
     PrecisionPluginError,
+    PrecisionPluginWarning,
+    RegistrationError,
     SpecTypeError,
     TrainerConfigurationError,
     UnknownBackendError,
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from precision_base.fabric import PrecisionPluginFabricMixin, prepare_fabric_kwargs, resolve_fabric
     from precision_base.fabric_class import Fabric
     from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
+    from precision_base.monitor import PrecisionMonitor
     from precision_base.trainer import Trainer
 
 __all__ = [
@@ -64,6 +68,9 @@ __all__ = [
     "PluginSpec",
     "PrecisionPlugin",
     "PrecisionPluginError",
+    "PrecisionPluginWarning",
+    "RegistrationError",
+    "PrecisionMonitor",
     "PrecisionPluginFabricMixin",
     "PrecisionPluginTrainerMixin",
     "SpecTypeError",
@@ -97,6 +104,10 @@ def __getattr__(name: str) -> Any:
         from precision_base import front_door
 
         return getattr(front_door, name)
+    if name == "PrecisionMonitor":
+        from precision_base.monitor import PrecisionMonitor
+
+        return PrecisionMonitor
     if name == "Fabric":
         from precision_base.fabric_class import Fabric
 

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from precision_base._compat import parse_env_variables
 from precision_base.contract import PrecisionPlugin
 from precision_base.doors import door_of, wrong_door_error
-from precision_base.errors import PrecisionPluginError, TrainerConfigurationError
+from precision_base.errors import PrecisionPluginError, TrainerConfigurationError, describe, type_name
 from precision_base.namespaces import NAMESPACES, lightning_root, namespace_of
 from precision_base.registry import resolve
 from precision_base.spec import PRECISIONS, normalize_precision
@@ -68,8 +68,9 @@ def _resolve_name_in_plugins(name: str, namespace: str) -> Any:
             raise
         raise _plugin_name_error(
             namespace,
-            f"Found invalid type for plugin {name}. Expected one of: Precision, CheckpointIO, ClusterEnvironment, "
-            f"or LayerSync. A string in plugins= is read as a precision plugin name, and {name!r} is not one: {exc}",
+            f"Found invalid type for plugin {describe(name)[1:-1]}. Expected one of: Precision, CheckpointIO, "
+            "ClusterEnvironment, or LayerSync. A string in plugins= is read as a precision plugin name, and "
+            f"{describe(name)} is not one: {exc}",
         ) from exc
 
 
@@ -108,7 +109,7 @@ def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any
         )
     raise TypeError(
         f'precision_plugin must be a name like "fsdp:bf16-mixed" or a {namespace} Precision instance, '
-        f"got {type(plugin).__name__} {plugin!r}"
+        f"got {type_name(plugin)} {describe(plugin)}"
     )
 
 
@@ -143,7 +144,7 @@ def prepare_trainer_kwargs(
         PrecisionPluginError: a name that cannot be resolved raises what :func:`precision_base.resolve` raises.
     """
     if namespace not in NAMESPACES:
-        raise ValueError(f"namespace must be one of {NAMESPACES}, got {namespace!r}")
+        raise ValueError(f"namespace must be one of {NAMESPACES}, got {describe(namespace)}")
     lightning: Any = lightning_root(namespace)
     precision_class: type = lightning.plugins.precision.Precision
     given = _as_list(kwargs.get("plugins"))
@@ -162,8 +163,8 @@ def prepare_trainer_kwargs(
     in_plugins = [p for p in plugins if isinstance(p, precision_class)]
     if chosen is not None and in_plugins:
         raise _duplicate_precision_error(
-            f"(precision_plugin={precision_plugin!r} and the precision plugin {type(in_plugins[0]).__name__} in "
-            "plugins= are two.)"
+            f"(precision_plugin={describe(precision_plugin)} and the precision plugin "
+            f"{type(in_plugins[0]).__name__} in plugins= are two.)"
         )
     if len(in_plugins) > 1:
         raise _duplicate_precision_error("(plugins= holds " + ", ".join(type(p).__name__ for p in in_plugins) + ".)")

@@ -163,12 +163,16 @@ _ROUTED_MARK: Final = "__precision_fsdp_routed__"
 def route_throughput_compute_dtype(
     lightning: types.ModuleType, compute_dtype_of: Callable[[Any], Optional[Any]]
 ) -> None:
-    """Make ``ThroughputMonitor`` of the Lightning namespace ``lightning`` ask ``compute_dtype_of(plugin)`` first.
+    """Make ``ThroughputMonitor`` of the Lightning namespace ``lightning`` ask ``compute_dtype_of(plugin)`` first
+    (for a Fabric namespace: Fabric's ``ThroughputMonitor``, in ``<fabric>.utilities.throughput``).
 
     ``compute_dtype_of`` returns a ``torch.dtype`` for plugins of this package and ``None`` for all others, which
     keep Lightning's answer. Installed once per namespace (idempotent), by the plugin's constructor.
     """
-    module: Any = getattr(lightning.callbacks, "throughput_monitor")  # noqa: B009
+    if hasattr(lightning, "callbacks"):
+        module: Any = getattr(lightning.callbacks, "throughput_monitor")  # noqa: B009
+    else:  # Fabric: lightning.fabric.utilities.throughput holds the same private function
+        module = lightning.utilities.throughput
     original = getattr(module, THROUGHPUT_DTYPE_FUNCTION)
     if getattr(original, _ROUTED_MARK, False):
         return

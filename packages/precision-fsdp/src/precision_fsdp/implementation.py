@@ -19,6 +19,7 @@ from typing_extensions import override
 from precision_base import PRECISIONS, PrecisionPlugin
 from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
+from precision_base.doors import check_caller
 from precision_fsdp import _compat, resume
 from precision_fsdp.clipping import clip_error_class, clip_grad_norm
 from precision_fsdp.overflow import OverflowWatch, grads_finite
@@ -298,7 +299,13 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
     @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """``*-true``: cast floating parameters and buffers to fp16/bf16/fp32 (skipped when they already are, which
-        :meth:`fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32."""
+        :meth:`fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32.
+
+        Raises:
+            precision_base.doors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
+                Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
+        """
+        check_caller(self)
         if self._plan.mixed:
             return module
         target = self._plan.storage

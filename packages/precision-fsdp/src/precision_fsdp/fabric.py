@@ -1,0 +1,175 @@
+"""The FSDP plugin for Lightning Fabric: ``precision_fsdp.fabric.FSDPPrecision`` and ``FSDP2Strategy``.
+
+One implementation, two thin adapters: the dtype plan, the scaler (user scaler, scaler options), the fp32 reduce
+default, ``fully_shard``, ``check_finite_grads`` and ``max_skipped_steps`` are
+:class:`~precision_fsdp.implementation.FSDPPrecisionImpl`'s. :class:`FabricFSDPPrecisionImpl` only adapts what
+differs in Fabric's loop:
+
+* Fabric has no ``connect`` hook: the device autocast runs on is learned from the inputs in ``convert_input``
+  (Fabric moves them to the strategy's device) and from the loss in ``backward``; the FSDP version and the
+  scaler's kind and device are settled in ``backward`` before the loss is scaled;
+* Fabric's ``optimizer_step(optimizer, **kwargs)`` has no closure: the step is Fabric's (the scaler steps and
+  updates), watched for runs of skipped steps like the Trainer's;
+* ``configure_strategy`` pairs the plugin with Fabric's strategies (``strategy="auto"`` -> :class:`FSDP2Strategy`).
+
+Clip-by-norm needs nothing here: Fabric's ``clip_gradients`` unscales through the plugin, then clips the DTensor
+gradients of FSDP2 by their exact global norm (``ModelParallelStrategy``), or calls FSDP1's ``clip_grad_norm_``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional
+
+import lightning.fabric as lf
+import torch
+from typing_extensions import override
+
+from precision_base.plugin_support import uses_cpu, wrong_strategy_error
+from precision_fsdp._compat import fsdp2_cpu_problem
+from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
+from precision_fsdp.implementation import FSDPPrecisionImpl
+from precision_fsdp.overflow import grads_finite
+from precision_fsdp.sharding import fsdp_version_of
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+HOW_FABRIC_FSDP2 = (
+    'strategy="auto" (FSDP2, sharded by a default policy; precision_fsdp.fabric.FSDP2Strategy(auto_wrap_policy=...) '
+    "to choose the units), or lightning.fabric.strategies.ModelParallelStrategy(parallelize_fn, "
+    "data_parallel_size=<devices>, tensor_parallel_size=1) whose parallelize_fn calls "
+    'plugin.fully_shard(module, mesh=device_mesh["data_parallel"])'
+)
+HOW_FABRIC_FSDP1 = 'strategy="fsdp" (or lightning.fabric.strategies.FSDPStrategy(...)) on CUDA GPUs'
+
+
+def _first_tensor_device(data: Any) -> Optional[torch.device]:
+    if isinstance(data, torch.Tensor):
+        return data.device
+    values = data.values() if isinstance(data, Mapping) else data if isinstance(data, (list, tuple)) else ()
+    for value in values:
+        device = _first_tensor_device(value)
+        if device is not None:
+            return device
+    return None
+
+
+class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
+    """All Fabric-specific code of :class:`FSDPPrecision`; everything else is :class:`FSDPPrecisionImpl`'s (same
+    arguments, dtypes and errors)."""
+
+    @override
+    def configure_strategy(self, strategy: Any, *, accelerator: Any, devices: Any) -> Any:
+        """The Fabric strategy to use: ``"auto"`` -> :class:`FSDP2Strategy` (FSDP2 over all processes, sharded by
+        the plugin); any ``ModelParallelStrategy`` is kept; ``"fsdp"``/``FSDPStrategy`` (FSDP1) is kept off CPU and
+        refused on CPU; anything else raises :class:`~precision_base.TrainerConfigurationError` naming what to pass.
+        """
+        lightning: Any = self.lightning
+        cpu_problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None
+        fsdp1: type = lightning.strategies.FSDPStrategy
+        model_parallel: type = lightning.strategies.ModelParallelStrategy
+        wants_fsdp1 = (isinstance(strategy, str) and strategy.startswith("fsdp")) or isinstance(strategy, fsdp1)
+        if wants_fsdp1:
+            if uses_cpu(accelerator):
+                raise wrong_strategy_error(
+                    self.spec,
+                    strategy,
+                    "FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an accelerator for "
+                    f"FullyShardedDataParallel). On CPU, use FSDP2: pass {HOW_FABRIC_FSDP2}.",
+                )
+            return strategy
+        if strategy == "auto" or isinstance(strategy, model_parallel):
+            if cpu_problem is not None:
+                raise wrong_strategy_error(
+                    self.spec, strategy, f"FSDP2 cannot run on a CPU with this torch: {cpu_problem}."
+                )
+            if strategy == "auto":
+                from precision_base.namespaces import for_namespace
+
+                return for_namespace(FSDP2Strategy, lightning.__name__)()
+            return strategy
+        raise wrong_strategy_error(self.spec, strategy, f"Pass {HOW_FABRIC_FSDP2} for FSDP2, or {HOW_FABRIC_FSDP1}.")
+
+    @override
+    def convert_input(self, data: Any) -> Any:
+        """Learn the compute device from the inputs (Fabric moved them there), then cast like the Trainer class."""
+        device = _first_tensor_device(data)
+        if device is not None:
+            self.bind_device(device)
+        return super().convert_input(data)
+
+    @override
+    def backward(self, tensor: torch.Tensor, model: Optional[torch.nn.Module], *args: Any, **kwargs: Any) -> None:
+        """Settle the FSDP version, device and scaler, then Fabric's backward (scaled by the scaler under
+        ``16-mixed``)."""
+        if model is not None:
+            version = fsdp_version_of(model)
+            if version is not None:
+                self._fsdp_version = version
+        self.bind_device(tensor.device)
+        self._ready_scaler()
+        super().backward(tensor, model, *args, **kwargs)
+
+    @override
+    def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Fabric's step (with a scaler: ``scaler.step`` skips a step with inf/NaN gradients, then ``update``),
+        watched by ``max_skipped_steps``; with ``check_finite_grads``, a step with inf/NaN gradients on any rank is
+        skipped on every rank.
+
+        Raises:
+            precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+        """
+        fabric_step = super(FSDPPrecisionImpl, self).optimizer_step  # Fabric's signature, not the Trainer's
+        if self._check_finite and self._overflow is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            skipped = not grads_finite(params)
+            if skipped:
+                optimizer.zero_grad(set_to_none=True)  # parameters without gradients are not stepped
+            output = fabric_step(optimizer, **kwargs)
+            self._overflow.after_step(skipped, None, self.spec)
+            return output
+        before = self.scaler.get_scale() if self.scaler is not None else None
+        output = fabric_step(optimizer, **kwargs)
+        if self.scaler is not None and self._overflow is not None and before is not None:
+            self._overflow.after_step(self.scaler.get_scale() < before, self.scaler.get_scale(), self.spec)
+        return output
+
+
+class FSDPPrecision(FabricFSDPPrecisionImpl, lf.plugins.precision.FSDPPrecision):  # type: ignore[misc]
+    """Precision plugin for FSDP under Lightning Fabric (FSDP2 through ``ModelParallelStrategy``/
+    :class:`FSDP2Strategy`, FSDP1 through ``FSDPStrategy``).
+
+    The same arguments, dtype table and errors as the Trainer class :class:`precision_fsdp.FSDPPrecision` (see
+    :class:`~precision_fsdp.implementation.FSDPPrecisionImpl`). The one line for a ``parallelize_fn``::
+
+        def parallelize(module, device_mesh):
+            return plugin.fully_shard(module, mesh=device_mesh["data_parallel"])
+    """
+
+
+class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
+    """All code of the Fabric :class:`FSDP2Strategy`: Fabric's ``ModelParallelStrategy`` whose default
+    ``parallelize_fn`` shards by :attr:`auto_wrap_policy` with the precision plugin's ``fully_shard``, data parallel
+    over all processes (``tensor_parallel_size=1``). The arguments are those of the Trainer's
+    :class:`~precision_fsdp.FSDP2Strategy`, plus ``parallelize_fn`` to replace the default sharding."""
+
+    def __init__(self, *args: Any, parallelize_fn: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, parallelize_fn=parallelize_fn or self._shard_by_policy, **kwargs)
+
+    @property
+    def precision_plugin(self) -> Any:
+        """Fabric's name for it is ``precision``; :meth:`shard` reads this one."""
+        return self.precision  # type: ignore[attr-defined]
+
+    def _shard_by_policy(self, module: torch.nn.Module, device_mesh: DeviceMesh) -> torch.nn.Module:
+        self.shard(module)
+        return module
+
+
+class FSDP2Strategy(FabricFSDP2StrategyImpl, lf.strategies.ModelParallelStrategy):  # type: ignore[misc]
+    """Lightning Fabric's ``ModelParallelStrategy`` that shards with FSDP2 by a default policy (the plugin's dtypes),
+    data parallel over all processes. See :class:`FabricFSDP2StrategyImpl`."""
+
+
+__all__ = ["FSDP2Strategy", "FSDPPrecision", "FabricFSDP2StrategyImpl", "FabricFSDPPrecisionImpl"]

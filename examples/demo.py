@@ -1,7 +1,8 @@
 """The quick-start demo: train a small model on CPU through ``precision_base.Trainer(precision_plugin=...)``.
 
-For every installed precision plugin, it prints what the name resolved to and the dtypes in effect, then runs
-that backend's demo (``examples/demo_<backend>.py``), which trains for real on CPU.
+For every installed precision plugin and each of the five precisions, it prints what the name resolved to and the
+dtype of each role, then trains for real in 2 processes on CPU (``demo_<backend>.py``), or says why that precision
+cannot train on this machine.
 
     python examples/demo.py            # every installed backend
     python examples/demo.py fsdp       # only the named ones
@@ -10,36 +11,92 @@ that backend's demo (``examples/demo_<backend>.py``), which trains for real on C
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import precision_base
+from precision_base import PRECISIONS
 from precision_base.cli import main as plugins_cli
 
 HERE = Path(__file__).resolve().parent
+
+LEGEND = """\
+How to read the tables below: each role is the dtype a plugin gives one kind of tensor.
+  parameters  what the parameters are stored in (the sharded / master copy the optimizer updates)
+  compute     what the forward and backward matmuls run in
+  reduction   what gradients are summed across the 2 processes in
+  buffers     module buffers (e.g. BatchNorm statistics) during compute
+  inputs      what the floating-point batch is cast to before forward
+  init        tensors created while the model is built, and parameters before the strategy wraps them
+  autocast    the dtype torch.autocast runs in during forward ("-": no autocast; -mixed precisions use it)"""
+
+
+def describe(spec: str) -> Any:
+    """Resolve ``spec`` and print the plugin class and its dtype table on one line per role group."""
+    plugin = precision_base.resolve(spec)
+    table = plugin.dtypes()
+    print(f"\n== {spec} -> {type(plugin).__module__}.{type(plugin).__qualname__}")
+    print("   " + " | ".join(f"{role} {dtype}" for role, dtype in table.rows()))
+    for note in table.notes:
+        print(f"   note: {note}")
+    return plugin
+
+
+def demo_backend(backend: str) -> list[str]:
+    """Every precision of ``backend``: its table, then a 2-process training or the reason it cannot run here."""
+    from precision_base.testing.launch import LaunchError, run_ranks
+    from precision_base.testing.models import QUIET
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # the checks below: no "GPU available" lines
+    module = importlib.import_module(f"demo_{backend}")
+    print(f"\n{(module.__doc__ or backend).strip().splitlines()[0]}")
+    for line in getattr(module, "BEFORE", ()):
+        print(f"   {line}")
+    trained = []
+    for precision in PRECISIONS:
+        spec = f"{backend}:{precision}"
+        plugin = describe(spec)
+        for line in module.plugin_lines(plugin):
+            print(f"   {line}")
+        try:  # the same checks the real run makes, without starting it
+            precision_base.Trainer(precision_plugin=spec, **module.trainer_kwargs(), **QUIET)
+        except Exception as exc:  # the plugin's own refusal, shown verbatim
+            print(f"   not trained on this machine: {type(exc).__name__}: {exc}")
+            continue
+        env = {"DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1", "PYTHONWARNINGS": "ignore"}
+        try:
+            result = run_ranks(f"{HERE / f'demo_{backend}.py'}:train", {"precision": precision}, world=2, threads=1,
+                               timeout=900, env=env)  # fmt: skip
+        except LaunchError as exc:
+            print(f"   training failed:\n{exc}")
+            raise
+        print("   trained: " + "; ".join(f"{k} {v}" for k, v in result.items()))
+        trained.append(precision)
+    return trained
 
 
 def main(argv: list[str]) -> int:
     print(f"precision-base {precision_base.__version__}; installed plugins:\n")
     plugins_cli(["list"])
-    wanted = set(argv)
-    ran = []
+    print(f"\n{LEGEND}")
+    wanted, ran = set(argv), []
     for entry in precision_base.list_plugins():
         if wanted and entry.backend not in wanted:
             continue
         if entry.status != "ok":
             print(f"\n== {entry.backend}: skipped, status {entry.status}: {entry.reason}")
             continue
-        demo_file = HERE / f"demo_{entry.backend}.py"
-        if not demo_file.exists():
-            print(f"\n== {entry.backend}: no demo script at {demo_file.name}")
+        if not (HERE / f"demo_{entry.backend}.py").exists():
+            print(f"\n== {entry.backend}: no demo script demo_{entry.backend}.py")
             continue
-        print(f"\n== {entry.backend} ({entry.distribution} {entry.version})")
-        sys.path.insert(0, str(HERE))
-        importlib.import_module(f"demo_{entry.backend}").run()
+        trained = demo_backend(entry.backend)
+        skipped = [p for p in PRECISIONS if p not in trained]
+        print(f"\n{entry.backend}: trained {', '.join(trained) or 'nothing'}"
+              + (f"; not on this machine: {', '.join(skipped)} (reasons above)" if skipped else ""))  # fmt: skip
         ran.append(entry.backend)
-    missing = wanted - set(ran)
-    if missing:
+    if missing := wanted - set(ran):
         print(f"\nnot demonstrated (not installed or not usable): {', '.join(sorted(missing))}", file=sys.stderr)
         return 1
     if not ran:

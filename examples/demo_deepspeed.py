@@ -1,9 +1,9 @@
-"""Demo: train a tiny model with precision-deepspeed on CPU, in 2 processes (a real DeepSpeed engine, ZeRO-2, gloo).
+"""precision-deepspeed: a real DeepSpeed engine (ZeRO stage 2) on its CPU accelerator, 2 CPU processes, gloo.
 
-``run()`` prints the resolved plugin, its dtype table and the DeepSpeed config section it writes, then trains in a
-child process (``python examples/demo_deepspeed.py --train <precision>``): Lightning's launcher starts rank 1 by
-re-running the script it finds in ``sys.argv``, so the training has to be its own script. The child prints the
-precision section of the DeepSpeed config the engine was built with, and the engine's dtypes.
+``train`` runs in each of the 2 processes (started by ``examples/demo.py``). With ``strategy="auto"`` the plugin
+picks precision-deepspeed's ``DeepSpeedCPUStrategy`` on CPU; the plugin renders the precision section of the
+DeepSpeed config (printed once per precision, below its table), and ``gradient_clip_val`` reaches DeepSpeed's
+``gradient_clipping``.
 """
 
 from __future__ import annotations
@@ -11,81 +11,42 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from _demo_runner import main, print_plugin, train_in_child
+BEFORE = [
+    "DeepSpeed compiles its CPU communication op (deepspeed_shm_comm) the first time it trains on a machine: that run",
+    "waits a minute or two; later runs load the build from TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions).",
+]
 
-PRECISIONS = ("bf16-mixed", "32-true")
-SECTION_KEYS = ("fp16", "bf16", "torch_autocast")
+
+def trainer_kwargs() -> dict[str, Any]:
+    """Everything the demo passes to ``precision_base.Trainer`` besides the plugin name and the run's length."""
+    return {"accelerator": "cpu", "devices": 2, "gradient_clip_val": 1.0}
 
 
-def _train(precision: str) -> None:
+def plugin_lines(plugin: Any) -> list[str]:
+    return [f"DeepSpeed config section: {json.dumps(plugin.precision_section(), sort_keys=True)}"]
+
+
+def train(args: dict[str, Any]) -> dict[str, Any] | None:
     import torch
-    from lightning.pytorch import LightningModule, seed_everything
-    from torch.utils.data import DataLoader, TensorDataset
+    from lightning.pytorch import seed_everything
 
     from precision_base import Trainer
-
-    class TinyRegressor(LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
-            self.losses: list[float] = []
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = torch.nn.functional.mse_loss(self.net(x).float(), y.float())
-            self.losses.append(loss.item())
-            return loss
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.AdamW(self.parameters(), lr=1e-2)
+    from precision_base.testing.models import QUIET, TinyRegressor, dtype_name
 
     seed_everything(0, verbose=False)
     torch.set_num_threads(1)
-    x = torch.randn(256, 16, generator=torch.Generator().manual_seed(0))
-    data = DataLoader(TensorDataset(x, torch.tanh(x[:, :1] + x[:, 1:2])), batch_size=16)
-    trainer = Trainer(
-        precision_plugin=f"deepspeed:{precision}",  # strategy="auto": DeepSpeedCPUStrategy, ZeRO stage 2
-        accelerator="cpu",
-        devices=2,
-        max_epochs=3,
-        gradient_clip_val=1.0,  # reaches DeepSpeed's gradient_clipping
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    model = TinyRegressor()
-    trainer.fit(model, data)
-    if trainer.global_rank == 0:
-        engine = trainer.model
-        config = trainer.strategy.config or {}
-        section = {key: config[key] for key in SECTION_KEYS if key in config}
-        params = sorted({str(p.dtype).removeprefix("torch.") for p in engine.module.parameters()})
-        print(
-            f"[deepspeed:{precision}] strategy {type(trainer.strategy).__name__}, ZeRO stage "
-            f"{engine.zero_optimization_stage()}, gradient_clipping {engine.gradient_clipping()}",
-            flush=True,
-        )
-        print(
-            f"[deepspeed:{precision}] DeepSpeed config section used: {json.dumps(section, sort_keys=True)}", flush=True
-        )
-        print(
-            f"[deepspeed:{precision}] {len(model.losses)} steps on 2 CPU processes, loss {model.losses[0]:.4f} -> "
-            f"{model.losses[-1]:.4f}, engine module parameters {params}, reduction "
-            f"{str(engine.communication_data_type).removeprefix('torch.')}",
-            flush=True,
-        )
-
-
-def run() -> None:
-    """Train with ``deepspeed:bf16-mixed`` and ``deepspeed:32-true`` on CPU (2 processes each); print what was used."""
-    for precision in PRECISIONS:
-        print_plugin(
-            f"deepspeed:{precision}",
-            lambda plugin: [f"DeepSpeed config section: {json.dumps(plugin.precision_section(), sort_keys=True)}"],
-        )
-        train_in_child(__file__, "deepspeed", precision, timeout=900)
-
-
-if __name__ == "__main__":
-    main(_train, run)
+    model = TinyRegressor(features=16, hidden=32, optimizer="adamw", lr=1e-2)
+    trainer = Trainer(precision_plugin=f"deepspeed:{args['precision']}", max_epochs=3, **trainer_kwargs(), **QUIET)
+    trainer.fit(model)
+    if trainer.global_rank != 0:
+        return None
+    engine: Any = trainer.model  # the DeepSpeed engine
+    return {
+        "strategy": type(trainer.strategy).__name__,
+        "zero_stage": engine.zero_optimization_stage(),
+        "gradient_clipping": engine.gradient_clipping(),
+        "steps": len(model.losses),
+        "loss": f"{model.losses[0]:.4f} -> {model.losses[-1]:.4f}",
+        "engine parameters": sorted({dtype_name(p.dtype) for p in engine.module.parameters()}),
+        "reduction": dtype_name(engine.communication_data_type),
+    }

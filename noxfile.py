@@ -99,14 +99,18 @@ def define_cells(pkg: Package) -> None:
 
     tests.__doc__ = f"{pkg.dist}'s tests in one version cell (report: build/matrix/reports/)."
 
-    @nox.session(name=f"lowest-{pkg.module}", python=PYTHON, venv_backend="uv", tags=[pkg.tag, "matrix", "lowest"])
+    lowest_tags = [pkg.tag, "matrix", "lowest"]  # a fresh venv: a reused one keeps newer versions installed
+
+    @nox.session(name=f"lowest-{pkg.module}", python=PYTHON, venv_backend="uv", reuse_venv=False, tags=lowest_tags)
     def lowest(session: nox.Session) -> None:
         with matrix.reporting(session.name, matrix.Cell(pkg.dist, PYTHON, variant="lowest")) as report:
-            session.install(*TEST_DEPS)
             targets = [*local_paths(pkg)[:-1], f"{pkg.path}[lightning]" if pkg is BASE else str(pkg.path)]
-            constraints = Path(session.create_tmp()) / "torch.txt"  # no torch floor declared: the CI cell's torch
-            constraints.write_text(matrix.ci_requirement("torch", MATRIX) + "\n")
-            session.install("--resolution", "lowest-direct", "-c", str(constraints), *targets, env=DS_ENV)
+            tmp = Path(session.create_tmp())
+            (tmp / "torch.txt").write_text(matrix.ci_requirement("torch", MATRIX) + "\n")  # when no torch floor
+            session.install("--resolution", "lowest-direct", "-c", str(tmp / "torch.txt"), *targets, env=DS_ENV)
+            frozen = str(session.run("uv", "pip", "freeze", silent=True)).splitlines()
+            (tmp / "floors.txt").write_text("\n".join(pin for pin in frozen if "==" in pin and " @ " not in pin) + "\n")
+            session.install("-c", str(tmp / "floors.txt"), *TEST_DEPS)  # test tools must not lift a floor
             run_pytest(session, report, matrix.test_paths(pkg, MATRIX), DS_ENV)
 
     lowest.__doc__ = f"{pkg.dist}'s tests with every direct dependency at its floor (uv --resolution lowest-direct)."

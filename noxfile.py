@@ -229,7 +229,7 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """python benchmarks/run.py: results into build/ (the flag benchmarks/run.py documents rewrites tracked docs)."""
+    """python benchmarks/run.py: results into build/benchmarks/; ``-- --update-docs`` rewrites tracked docs/ files."""
     env = everything(session, "matplotlib", "scipy")
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)
 

@@ -230,7 +230,7 @@ def demo(session: nox.Session) -> None:
 @nox.session(python=PYTHON, tags=["bench"])
 def bench(session: nox.Session) -> None:
     """python benchmarks/run.py: results into build/benchmarks/; ``-- --update-docs`` rewrites tracked docs/ files."""
-    env = everything(session, "matplotlib", "scipy")
+    env = everything(session, "matplotlib", "scipy", "pyperf")
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)
 
 

@@ -42,6 +42,7 @@ FP16_OPTIONS: list[dict[str, Any]] = [
 CASES: list[tuple[str, dict[str, Any]]] = [
     *[(precision, {}) for precision in ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")],
     *[(precision, options) for precision in ("16-mixed", "16-true") for options in FP16_OPTIONS],
+    ("bf16-mixed", {"max_skipped_steps": 3}),  # no config key: checked by the plugin after each step
 ]
 if deepspeed_has_torch_autocast():  # the installed DeepSpeed decides whether torch_autocast exists at all
     CASES += [

@@ -325,3 +325,29 @@ def test_checkpoint_of_another_precision_resumes_no_training_but_evaluates(tmp_p
         Validates(), data, ckpt_path=ckpt
     )
     assert metrics[0]["val_loss"] >= 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
+def test_max_skipped_steps_must_be_a_positive_integer(bad: Any) -> None:
+    with pytest.raises(
+        ValueError, match=f"max_skipped_steps must be None or an integer >= 1, got {re.escape(repr(bad))}"
+    ):
+        DeepSpeedPrecision("bf16-mixed", max_skipped_steps=bad)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not __import__("precision_deepspeed._compat")._compat.deepspeed_checks_bf16_overflow(),
+    reason="the installed DeepSpeed's bf16 mode has no check_grad_overflow (it never skips a bf16 step)",
+)
+def test_max_skipped_steps_stops_a_bf16_run_whose_gradients_are_never_finite() -> None:
+    """DeepSpeed's bf16 ``check_grad_overflow`` skips steps with non-finite gradients; the plugin counts them."""
+    with pytest.raises(DeepSpeedPrecisionError) as info:
+        _fit(OverflowsAlways(), DeepSpeedPrecision("bf16-mixed", max_skipped_steps=2))
+    assert str(info.value).startswith(
+        "deepspeed:bf16-mixed: DeepSpeed skipped the last 2 optimizer steps in a row because the gradients were not "
+        "finite (max_skipped_steps=2)"
+    )
+    # without the option, DeepSpeed skips every step and training ends without an error
+    trainer = _fit(OverflowsAlways(), DeepSpeedPrecision("bf16-mixed"))
+    assert trainer.model.skipped_steps == 2

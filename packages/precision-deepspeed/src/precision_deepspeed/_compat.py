@@ -145,6 +145,20 @@ FENCED: tuple[Fenced, ...] = (
     Fenced("deepspeed.runtime.constants", "TORCH_AUTOCAST", None, "feature detection: torch_autocast", optional=True),
     Fenced("deepspeed.runtime.constants", "BUFFER_DTYPE", None, "feature detection: buffer dtype", optional=True),
     Fenced(
+        "deepspeed.runtime.precision_config",
+        "DeepSpeedBF16Config.model_fields",
+        None,
+        "feature detection: bf16 check_grad_overflow",
+        optional=True,
+    ),
+    Fenced("deepspeed.runtime.engine", "DeepSpeedEngine.was_step_applied", ("self",), "max_skipped_steps"),
+    Fenced(
+        "deepspeed.runtime.engine",
+        "DeepSpeedEngine.is_gradient_accumulation_boundary",
+        ("self",),
+        "max_skipped_steps counts optimizer steps only",
+    ),
+    Fenced(
         "deepspeed.runtime.fp16.loss_scaler",
         "DynamicLossScaler.update_scale",
         ("self", "overflow"),
@@ -288,6 +302,15 @@ def deepspeed_keeps_buffer_dtype() -> bool:
     Releases that know ``data_types.buffer_dtype`` cast parameters only; older ones cast the whole module.
     """
     return "BUFFER_DTYPE" in _deepspeed_constants()
+
+
+def deepspeed_checks_bf16_overflow() -> bool:
+    """Whether the installed DeepSpeed's bf16 mode skips steps with non-finite gradients (``check_grad_overflow``)."""
+    try:
+        from deepspeed.runtime.precision_config import DeepSpeedBF16Config
+    except ImportError:  # older releases keep the bf16 config elsewhere, without the check
+        return False
+    return "check_grad_overflow" in DeepSpeedBF16Config.model_fields
 
 
 def cpu_supports_fp16() -> bool:

@@ -104,8 +104,13 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         min_loss_scale: int = 1,
         torch_autocast: bool = False,
         autocast_lower_precision_safe_modules: Optional[Sequence[str]] = None,
+        max_skipped_steps: Optional[int] = None,
     ) -> None:
         precision = self.canonical_precision(precision)
+        if max_skipped_steps is not None and (
+            isinstance(max_skipped_steps, bool) or not isinstance(max_skipped_steps, int) or max_skipped_steps < 1
+        ):
+            raise ValueError(f"max_skipped_steps must be None or an integer >= 1, got {max_skipped_steps!r}")
         scaling = LossScaling(
             loss_scale=loss_scale,
             initial_scale_power=initial_scale_power,
@@ -137,6 +142,8 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         self.autocast_lower_precision_safe_modules = (
             tuple(autocast_lower_precision_safe_modules) if autocast_lower_precision_safe_modules is not None else None
         )
+        self.max_skipped_steps = max_skipped_steps
+        self._skipped_in_a_row = 0
         self._configured_clip: Optional[float] = None
         self._fitting = True
         self._warned: set[str] = set()
@@ -345,8 +352,9 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
                 "DeepSpeed's engine together: return a loss, or switch to manual optimization "
                 "(self.automatic_optimization = False)."
             )
+        engine = self._engine(model)
         try:
-            return self._engine(model).step(**kwargs)
+            result = engine.step(**kwargs)
         except Exception as exc:
             if not _compat.is_min_loss_scale_error(exc):
                 raise
@@ -356,6 +364,20 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
                 "unscaled, so every step is skipped. Look for inf/NaN in the loss or the data, lower the learning "
                 "rate, or train in bf16 ('deepspeed:bf16-mixed'), whose range does not need loss scaling."
             ) from exc
+        self._count_skipped_step(engine)
+        return result
+
+    def _count_skipped_step(self, engine: Any) -> None:
+        """Stop after ``max_skipped_steps`` steps in a row that DeepSpeed skipped for non-finite gradients."""
+        if self.max_skipped_steps is None or not engine.is_gradient_accumulation_boundary():
+            return
+        self._skipped_in_a_row = 0 if engine.was_step_applied() else self._skipped_in_a_row + 1
+        if self._skipped_in_a_row >= self.max_skipped_steps:
+            raise DeepSpeedPrecisionError(
+                f"{self.spec}: DeepSpeed skipped the last {self._skipped_in_a_row} optimizer steps in a row because "
+                f"the gradients were not finite (max_skipped_steps={self.max_skipped_steps}); training would go on "
+                "without updating the weights. Look for inf/NaN in the loss or the data, or lower the learning rate."
+            )
 
     @override
     def clip_gradients(
@@ -430,6 +452,9 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, _LightningDeepSpeedPrecision): 
         torch_autocast: run the engine's forward under ``torch.autocast`` and keep fp32 parameters (mixed only).
         autocast_lower_precision_safe_modules: with ``torch_autocast``, ``"package.Class"`` names of modules whose
             parameters DeepSpeed communicates in the autocast dtype.
+        max_skipped_steps: stop with :class:`DeepSpeedPrecisionError` after this many optimizer steps in a row that
+            DeepSpeed skipped for non-finite gradients (fp16 overflows; bf16 with DeepSpeed's ``check_grad_overflow``,
+            on by default in DeepSpeed 0.19.8); ``None`` (default): never stop, as DeepSpeed does.
 
     Raises:
         ValueError: an unsupported ``precision``, fp16 knobs under a non-fp16 precision, or ``torch_autocast`` under a

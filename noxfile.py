@@ -234,7 +234,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)
 
 
-@nox.session(venv_backend="none", tags=["matrix"])
+@nox.session(venv_backend="none", tags=["matrix", "table"])
 def compat_table(session: nox.Session) -> None:
     """Merge the cell reports into build/matrix/compatibility.md; ``-- --update-docs`` writes tracked files instead
     (docs/compatibility.{md,json} and each package README's rows), ``--merge`` keeps committed cells not rerun."""

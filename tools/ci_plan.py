@@ -52,7 +52,7 @@ def select(
 
     package_tags = {p.tag for p in packages(root).values()}
     if full:
-        chosen = [s for s in sessions if tags(s) & {"matrix", "ci"}]
+        chosen = [s for s in sessions if tags(s) & {"matrix", "ci"} and "table" not in tags(s)]  # the table: own job
     else:
         touched = touched_packages(changed, root)
         chosen = []

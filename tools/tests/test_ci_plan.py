@@ -21,6 +21,7 @@ SESSIONS = [
     {"session": "lint", "tags": ["ci", "lint"]},
     {"session": "integration", "tags": ["ci"]},
     {"session": "docs", "tags": ["docs"]},
+    {"session": "compat_table", "tags": ["matrix", "table"]},
 ]
 
 
@@ -60,6 +61,7 @@ def test_full_runs_every_matrix_cell() -> None:
     assert "lowest-precision_fsdp" in chosen
     assert "tests-precision_base(torch='2.14', lightning='2.6')" in chosen
     assert "docs" not in chosen
+    assert "compat_table" not in chosen  # it needs every cell's report: the workflow's own last job
 
 
 def test_cli_prints_a_github_output_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,7 @@ from precision_deepspeed.config import (
     apply_gradient_clipping,
     merge_precision_section,
     render_precision_section,
+    write_into_config,
 )
 
 
@@ -152,3 +153,42 @@ def test_deepspeed_accepts_the_rendered_section(precision: str) -> None:
         args = fp16.dynamic_loss_scale_args() if fp16 is not None else parsed.dynamic_loss_scale_args
         assert args["consecutive_hysteresis"] is True
         assert args["delayed_shift"] == 3
+
+
+def test_write_into_config_lets_lightnings_keys_give_way_and_keeps_the_users() -> None:
+    # as after Lightning's _format_config: the user's keys first, then what Lightning added
+    config: dict[str, Any] = {
+        "zero_optimization": {"stage": 2},
+        "gradient_accumulation_steps": 1,
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_clipping": 0.0,
+        "bf16": {"enabled": True},
+    }
+    lightning = {"gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "gradient_clipping", "bf16"}
+    section = render_precision_section("bf16-mixed", torch_autocast=True)
+    write_into_config(config, section, owner="deepspeed:bf16-mixed", lightning_keys=lightning, gradient_clip_val=0.5)
+    assert config == {
+        "zero_optimization": {"stage": 2},
+        "fp16": {"enabled": False},
+        "bf16": {"enabled": False},
+        "torch_autocast": {"enabled": True, "dtype": "bfloat16"},
+        "gradient_clipping": 0.5,
+        "gradient_accumulation_steps": 1,
+        "train_micro_batch_size_per_gpu": 4,
+    }
+
+
+def test_write_into_config_checks_what_the_user_wrote() -> None:
+    section = render_precision_section("16-mixed", loss_scaling=LossScaling(loss_scale_window=500))
+    with pytest.raises(DeepSpeedConfigConflictError, match=r"DeepSpeedStrategy\(loss_scale_window=200\) contradicts"):
+        write_into_config({}, section, owner="deepspeed:16-mixed", strategy_loss_scaling={"loss_scale_window": 200})
+    # a user fp16 section wins over the strategy's arguments (as in Lightning), and is what gets checked
+    with pytest.raises(DeepSpeedConfigConflictError, match=r"fp16\.loss_scale_window=100 \(the plugin needs 500\)"):
+        write_into_config(
+            {"fp16": {"enabled": True, "loss_scale_window": 100}}, section, owner="deepspeed:16-mixed",
+            strategy_loss_scaling={"loss_scale_window": 500},
+        )  # fmt: skip
+    user: dict[str, Any] = {"gradient_clipping": 2.0}
+    with pytest.raises(DeepSpeedConfigConflictError, match=r"gradient_clipping=2\.0 but the Trainer has"):
+        write_into_config(user, section, owner="deepspeed:16-mixed", gradient_clip_val=1.0)
+    assert user == {"gradient_clipping": 2.0}, "nothing is written when the user's config contradicts"

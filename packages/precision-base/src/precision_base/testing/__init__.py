@@ -13,8 +13,9 @@ registers it in-process for the duration of the class.
 
 Helpers for the project's own tests, benchmarks and examples, each imported explicitly (none is imported by
 ``import precision_base``): :mod:`precision_base.testing.models` (toy LightningModules and data),
-:mod:`precision_base.testing.launch` (N real ranks with a gloo process group) and
-:mod:`precision_base.testing.wheels` (real wheels of small plugin distributions, fresh venvs).
+:mod:`precision_base.testing.launch` (N real ranks with a gloo process group),
+:mod:`precision_base.testing.wheels` (real wheels of small plugin distributions, fresh venvs) and
+:mod:`precision_base.testing.dummy` / :mod:`precision_base.testing.dummy_plugin` (the test plugin, backend ``dummy``).
 """
 
 from typing import Any

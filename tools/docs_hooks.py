@@ -498,8 +498,9 @@ def _public(path: str) -> bool:
     return not any(part.startswith("_") for part in path.split("."))
 
 
-def gen_reference(module: str | None) -> str:
-    """One ``:::`` block per public module of a package; each object is documented once, where it is defined.
+def reference_blocks(package_name: str) -> dict[str, str]:
+    """The ``:::`` block of every public module of a package, by module path; each object is documented once,
+    where it is defined.
 
     A name a module re-exports from another public module is not documented again: the module lists it with a
     link to where it is documented. Names re-exported from a private module are documented where they are
@@ -507,12 +508,11 @@ def gen_reference(module: str | None) -> str:
     """
     import griffe
 
-    name = str(module)
-    src = PACKAGE_SOURCES.get(name)
-    if src is None or not (src / name).is_dir():
-        return f"!!! note\n    `{name}` has no source in this tree.\n"
-    package = griffe.load(name, search_paths=[str(p) for p in PACKAGE_SOURCES.values()], resolve_aliases=False)
-    blocks = []
+    src = PACKAGE_SOURCES.get(package_name)
+    if src is None or not (src / package_name).is_dir():
+        return {}
+    package = griffe.load(package_name, search_paths=[str(p) for p in PACKAGE_SOURCES.values()], resolve_aliases=False)
+    blocks = {}
     for mod in _public_modules(package):
         own: list[str] = []
         links: list[tuple[str, str]] = []
@@ -531,14 +531,58 @@ def gen_reference(module: str | None) -> str:
             own.append(member_name)
         members = "[" + ", ".join(own) + "]" if own else "false"
         block = f"::: {mod.path}\n    options:\n      members_order: source\n      members: {members}\n"
-        if mod.path == name:
-            block += "      show_submodules: false\n"
+        block += "      show_submodules: false\n"
         if links:
             rows = ["| name | documented at |", "|---|---|"]
             rows += [f"| `{n}` | [`{t}`][{t}] |" for n, t in links]
             block += f"\nAlso exported by `{mod.path}` (documented where it is defined):\n\n" + "\n".join(rows) + "\n"
-        blocks.append(block)
-    return "\n".join(blocks)
+        blocks[mod.path] = block
+    return blocks
+
+
+def gen_reference(module: str | None) -> str:
+    """A package's reference page: its own docstring and exports, then a link to each module's page."""
+    name = str(module)
+    blocks = reference_blocks(name)
+    if not blocks:
+        return f"!!! note\n    `{name}` has no source in this tree.\n"
+    modules = [m for m in blocks if m != name]
+    listing = "\n".join(f"- [`{m}`]({m}.md)" for m in modules)
+    return f"{blocks[name]}\n## Modules\n\nOne page per module:\n\n{listing}\n"
+
+
+def reference_pages() -> dict[str, str]:
+    """The generated page of every public module but the packages' roots: ``reference/<module>.md`` -> text."""
+    pages = {}
+    for package in PACKAGE_SOURCES:
+        for module, block in reference_blocks(package).items():
+            if module != package:
+                pages[f"reference/{module}.md"] = f"# `{module}`\n\n{block}"
+    return pages
+
+
+def on_files(files: Any, config: Any, **_: Any) -> Any:
+    """The mkdocs event: add one generated API page per module (built from the source tree, never committed)."""
+    from mkdocs.structure.files import File
+
+    for uri, text in reference_pages().items():
+        files.append(File.generated(config, uri, content=text))
+    return files
+
+
+def on_config(config: Any, **_: Any) -> Any:
+    """The mkdocs event: list each package's module pages under its entry in the API reference navigation."""
+    pages = reference_pages()
+    for section in config["nav"] or []:
+        if isinstance(section, dict) and "API reference" in section:
+            expanded = []
+            for entry in section["API reference"]:
+                ((title, uri),) = entry.items()
+                package = title
+                modules = [{u[len("reference/") : -3]: u} for u in pages if u.startswith(f"reference/{package}.")]
+                expanded.append({title: [uri, *modules]} if modules else entry)
+            section["API reference"] = expanded
+    return config
 
 
 def _public_modules(package: Any) -> Iterator[Any]:

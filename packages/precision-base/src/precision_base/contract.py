@@ -258,6 +258,21 @@ class PrecisionPlugin:
         """Extra facts for ``precision-plugins show`` (e.g. a DeepSpeed config section). Empty by default."""
         return {}
 
+    def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
+        """Numbers about the numerics of training so far, for :class:`precision_base.PrecisionMonitor` to log.
+
+        Optional: the default reports nothing (and the monitor then logs nothing). Keys a plugin may report, each
+        only where it knows it (see :data:`precision_base.monitor.STAT_KEYS`): ``"loss_scale"`` (the current loss
+        scale), ``"skipped_steps"`` (optimizer steps skipped for inf/NaN gradients, cumulative),
+        ``"nonfinite_grad_steps"`` (steps whose gradients held inf/NaN, cumulative) and ``"grad_norm"`` (the
+        unscaled global gradient norm of the last step, where the plugin computed it anyway, e.g. for clipping).
+
+        Args:
+            strategy: the Lightning strategy running the plugin (the monitor passes ``trainer.strategy``), for
+                plugins whose numbers live in the engine the strategy built (DeepSpeed); may be ``None``.
+        """
+        return {}
+
     def configure_strategy(
         self, strategy: Union[str, Strategy], *, accelerator: Any, devices: Any
     ) -> Union[str, Strategy]:

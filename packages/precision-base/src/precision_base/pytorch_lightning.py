@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytorch_lightning as pl
 
 from precision_base.front_door import PrecisionPluginTrainerMixin
+from precision_base.monitor import PrecisionMonitor as _PrecisionMonitor
+from precision_base.namespaces import for_namespace
 
 
 class Trainer(PrecisionPluginTrainerMixin, pl.Trainer):
@@ -24,4 +26,7 @@ class Trainer(PrecisionPluginTrainerMixin, pl.Trainer):
     """
 
 
-__all__ = ["Trainer"]
+PrecisionMonitor = for_namespace(_PrecisionMonitor, "pytorch_lightning")
+""":class:`precision_base.PrecisionMonitor` built for ``pytorch_lightning.Trainer``."""
+
+__all__ = ["PrecisionMonitor", "Trainer"]

@@ -380,7 +380,8 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
                 names ``gradient_clip_algorithm='value'`` and the other alternatives.
         """
         error = clip_error_class(self.lightning)
-        clip_grad_norm(self.main_params(optimizer), clip_val, self._fsdp1_root, type(self).__name__, error)
+        norm = clip_grad_norm(self.main_params(optimizer), clip_val, self._fsdp1_root, type(self).__name__, error)
+        self._last_grad_norm = float(norm)
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -418,6 +419,23 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             if said:
                 self.lightning.utilities.rank_zero_warn(resume.message(saved, self.precision, said))
         super().on_load_checkpoint(checkpoint)
+
+    @override
+    def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
+        """What :class:`precision_base.PrecisionMonitor` logs: ``loss_scale`` (``16-mixed``), ``skipped_steps``
+        (cumulative optimizer steps skipped for inf/NaN gradients: ``16-mixed``, or ``check_finite_grads=True``),
+        ``nonfinite_grad_steps`` (the same steps: here every step with inf/NaN gradients is skipped) and
+        ``grad_norm`` (the unscaled global gradient norm of the last step, when clipping by norm computed it)."""
+        stats: dict[str, float] = {}
+        if self.scaler is not None:
+            stats["loss_scale"] = float(self.scaler.get_scale())
+        if self._overflow is not None:
+            stats["skipped_steps"] = float(self._overflow.skipped_total)
+            stats["nonfinite_grad_steps"] = float(self._overflow.skipped_total)
+        norm = getattr(self, "_last_grad_norm", None)
+        if norm is not None:
+            stats["grad_norm"] = norm
+        return stats
 
     # -- pickling -------------------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -39,6 +39,8 @@ class OverflowWatch:
             raise ValueError(f"max_skipped_steps must be a positive int or None, got {limit!r}")
         self.limit = limit
         self.skipped_in_a_row = 0
+        self.skipped_total = 0
+        """Steps skipped since the plugin was made (cumulative; what ``precision_stats`` reports)."""
         self._warned = False
 
     def after_step(self, skipped: bool, scale: Optional[float], spec: str) -> None:
@@ -52,6 +54,7 @@ class OverflowWatch:
             self._warned = False
             return
         self.skipped_in_a_row += 1
+        self.skipped_total += 1
         if self.limit is None:
             return
         what = (

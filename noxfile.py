@@ -122,11 +122,15 @@ for _pkg in PACKAGES.values():
 
 @nox.session(python=PYTHON, tags=["ci"])
 def integration(session: nox.Session) -> None:
-    """tests-integration/: multi-process Trainer runs, wheels in fresh venvs, checkpoints across packages."""
+    """tests-integration/: multi-process Trainer runs, wheels in fresh venvs, checkpoints across packages.
+
+    Files that matrix cells run (``[tests]`` in tools/matrix.toml) are left to them: the CI cells run them too.
+    """
     env = everything(session, *TEST_DEPS)
-    session.run(
-        "python", "-m", "pytest", "tests-integration", "-p", "no:cacheprovider", *(session.posargs or ["-q"]), env=env
-    )
+    in_cells = {path for paths in MATRIX.get("tests", {}).values() for path in paths}
+    ignore = [f"--ignore={path}" for path in sorted(in_cells) if path.startswith("tests-integration/")]
+    args = ["-p", "no:cacheprovider", *ignore, *(session.posargs or ["-q"])]
+    session.run("python", "-m", "pytest", "tests-integration", *args, env=env)
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "lint"])

@@ -624,6 +624,34 @@ def sphinx_role_to_markdown(obj: Any, match: re.Match[str]) -> str:
     return f'<autoref optional identifier="{path}"><code>{title}</code></autoref>'
 
 
+RST_BORDER = re.compile(r"^( *)(=+(?: +=+)+) *$")
+
+
+def rst_tables_to_markdown(text: str) -> str:
+    """reStructuredText simple tables (``====  ====`` borders) in a docstring as Markdown tables."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        border = RST_BORDER.match(lines[i])
+        closing = [j for j in range(i + 2, len(lines)) if lines[j] == lines[i]] if border else []
+        if not border or len(closing) < 2:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent, spans = border.group(1), [m.span() for m in re.finditer(r"=+", lines[i])]
+
+        def cells(line: str, spans: list[tuple[int, int]] = spans) -> list[str]:
+            bounds = [start for start, _ in spans[1:]] + [None]
+            return [line[start:end].strip() for (start, _), end in zip(spans, bounds, strict=True)]
+
+        head, end = cells(lines[i + 1]), closing[1]
+        rows = [cells(line) for line in lines[closing[0] + 1 : end] if line.strip()]
+        out.append(indent + "| " + " | ".join(head) + " |")
+        out.append(indent + "|" + "---|" * len(head))
+        out += [indent + "| " + " | ".join(row) + " |" for row in rows]
+        i = end + 1
+    return "\n".join(out)
+
+
 def _documented_objects(obj: Any) -> Iterator[Any]:
     yield obj
     for member in obj.members.values():
@@ -639,10 +667,13 @@ else:
 
     class SphinxRoles(griffe.Extension):  # type: ignore[misc]
         """Griffe extension: docstrings' Sphinx roles (``:class:`~precision_base.errors.X```) become
-        mkdocstrings cross-references, so the API pages show links instead of raw role text."""
+        mkdocstrings cross-references, and reST simple tables Markdown tables, so the API pages show links and
+        tables instead of raw markup."""
 
         def on_package(self, *, pkg: Any, **kwargs: Any) -> None:
             for obj in _documented_objects(pkg):
+                if obj.docstring is not None and "==" in obj.docstring.value:
+                    obj.docstring.value = rst_tables_to_markdown(obj.docstring.value)
                 if obj.docstring is not None and ":" in obj.docstring.value:
                     obj.docstring.value = SPHINX_ROLE.sub(
                         functools.partial(sphinx_role_to_markdown, obj), obj.docstring.value

@@ -5,7 +5,7 @@ Every page of the site is loaded from a local server on 127.0.0.1 and checked fo
 * no console error or uncaught exception, except fonts that cannot load offline;
 * no code block (``pre``) and no table wider than its container (text cut off at the right edge), at 1280 px
   and at a phone's 390 px;
-* no raw Sphinx role (``:class:``, ``:func:``, ...) shown as text;
+* no raw Sphinx role (``:class:``, ``:func:``, ...) or reST table border shown as text;
 * every image loads;
 * the copy button of a code block copies no ``$`` prompt.
 
@@ -42,7 +42,7 @@ PHONE_WIDTH = 390  # a common phone's CSS width
 HEIGHT = 900
 # Fonts come from Google's servers unless the theme is told not to use them; offline they cannot load.
 OFFLINE_FONTS = re.compile(r"fonts\.(googleapis|gstatic)\.com|\.woff2?\b|font", re.IGNORECASE)
-RAW_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const|ref):`?")
+RAW_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const|ref):`?|={6,} +={3,}")
 
 # Runs in the page: measures every code block and table against the box it has to fit in.
 MEASURE_JS = """

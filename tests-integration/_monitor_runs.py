@@ -69,3 +69,43 @@ def fsdp(args: dict[str, Any]) -> dict[str, Any] | None:
         return None
     header, rows = read_csv(out)
     return {"header": header, "rows": rows, "stats": dict(trainer.precision_plugin.precision_stats())}
+
+
+class InfLossOnRankOne(TinyRegressor):
+    """Multiplies rank 1's loss by inf at step ``inf_step`` (0-based): every gradient there is inf/NaN."""
+
+    def __init__(self, inf_step: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.inf_step = inf_step
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        if self.global_step == self.inf_step and self.global_rank == 1:
+            loss = loss * math.inf
+        return loss
+
+
+def deepspeed(args: dict[str, Any]) -> dict[str, Any] | None:
+    """DeepSpeed ZeRO-2 on its CPU accelerator in 2 processes (``strategy="auto"``), logged every step."""
+    world_size()
+    torch.set_num_threads(1)
+    seed_everything(3)
+    out = Path(args["out"])
+    model = InfLossOnRankOne(int(args["inf_step"]), features=16, hidden=32, optimizer="adamw", lr=1e-2, samples=192)
+    trainer = precision_base.Trainer(
+        precision_plugin=precision_base.resolve(args["spec"], **args.get("options", {})),
+        accelerator="cpu",
+        devices=2,
+        max_steps=int(args["steps"]),
+        logger=CSVLogger(out, name="run"),
+        callbacks=[precision_base.PrecisionMonitor()],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        gradient_clip_val=1.0,
+    )
+    trainer.fit(model)
+    if trainer.global_rank != 0:
+        return None
+    header, rows = read_csv(out)
+    return {"header": header, "rows": rows}

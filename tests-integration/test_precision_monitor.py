@@ -18,11 +18,19 @@ def _fsdp2_cpu_problem() -> str | None:
     return fsdp2_cpu_problem()
 
 
+def _deepspeed_env() -> dict[str, str]:
+    from importlib import metadata
+
+    version = metadata.version("deepspeed")  # a torch-extensions folder of this DeepSpeed's own, as the other tests
+    folder = Path.home() / ".cache" / "torch_extensions" / f"deepspeed-{version}"
+    return {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(folder), "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
+
+
 def _run(function: str, tmp_path: Path, **args: Any) -> dict[str, Any]:
+    env = {"PYTHONWARNINGS": "ignore", **(_deepspeed_env() if function == "deepspeed" else {})}
     result: dict[str, Any] = run_ranks(
-        f"{RUNS}:{function}", {"out": str(tmp_path), **args}, world=2, threads=1, timeout=240, cwd=tmp_path,
-        env={"PYTHONWARNINGS": "ignore"},
-    )  # fmt: skip
+        f"{RUNS}:{function}", {"out": str(tmp_path), **args}, world=2, threads=1, timeout=240, cwd=tmp_path, env=env
+    )
     return result
 
 
@@ -60,3 +68,44 @@ def test_plugin_reporting_nothing_logs_nothing(tmp_path: Path) -> None:
     result = _run("fsdp", tmp_path, inf_step=-1, steps=4, interval=2, spec="fsdp:bf16-mixed")
     assert result["header"] == ["precision/grad_norm", "step"]
     assert [int(r["step"]) for r in result["rows"]] == [2, 4], "logged every 2 optimizer steps"
+
+
+def _cpu_fp16() -> bool:
+    from precision_deepspeed import _compat
+
+    return _compat.cpu_supports_fp16()
+
+
+@pytest.mark.slow
+def test_deepspeed_bf16_mixed_logs_skipped_steps_and_norm(tmp_path: Path) -> None:
+    result = _run("deepspeed", tmp_path, spec="deepspeed:bf16-mixed", inf_step=-1, steps=3)
+    assert result["header"] == [
+        "precision/grad_norm",
+        "precision/nonfinite_grad_steps",
+        "precision/skipped_steps",
+        "step",
+    ], "bf16 does not scale the loss: no loss_scale column"
+    rows = result["rows"]
+    assert [int(r["step"]) for r in rows] == [1, 2, 3]
+    assert {r["precision/skipped_steps"] for r in rows} == {"0.0"}
+    assert all(0 < float(r["precision/grad_norm"]) < 1e3 for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _cpu_fp16(), reason="this CPU has no fp16 kernels for DeepSpeed (no AVX512-FP16/AMX)")
+def test_deepspeed_16_mixed_overflow_on_one_rank(tmp_path: Path) -> None:
+    """hysteresis=1: DeepSpeed lowers the scale at the first overflow (its default 2 waits for a second one)."""
+    result = _run("deepspeed", tmp_path, spec="deepspeed:16-mixed", inf_step=2, steps=4, options={"hysteresis": 1})
+    assert result["header"] == [
+        "precision/grad_norm",
+        "precision/loss_scale",
+        "precision/nonfinite_grad_steps",
+        "precision/skipped_steps",
+        "step",
+    ]
+    rows = {int(r["step"]): r for r in result["rows"]}
+    skipped = [float(rows[s]["precision/skipped_steps"]) for s in (1, 2, 3, 4)]
+    scale = [float(rows[s]["precision/loss_scale"]) for s in (1, 2, 3, 4)]
+    assert skipped == [0.0, 0.0, 1.0, 1.0]
+    assert scale[2] == scale[1] / 2, "the scale halves on the skipped step"
+    assert scale[3] == scale[2]

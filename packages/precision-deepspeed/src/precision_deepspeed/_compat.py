@@ -165,6 +165,13 @@ FENCED: tuple[Fenced, ...] = (
         "an overflow at the lowest loss scale raises MIN_LOSS_SCALE_MESSAGE",
     ),
     Fenced("torch", "ops.mkldnn._is_mkldnn_fp16_supported", None, "DeepSpeed's CPU fp16 probe", optional=True),
+    Fenced(
+        "deepspeed.runtime.engine",
+        "DeepSpeedEngine._get_optimizer_loss_scale",
+        ("self",),
+        "precision_stats: the current loss scale for PrecisionMonitor",
+    ),
+    Fenced("deepspeed.runtime.engine", "DeepSpeedEngine.get_global_grad_norm", ("self",), "precision_stats"),
 )
 
 
@@ -324,6 +331,17 @@ def cpu_supports_fp16() -> bool:
 
 #: The start of the exception DeepSpeed's dynamic loss scaler raises when a step overflows at the lowest scale.
 MIN_LOSS_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore."
+
+
+def engine_loss_scale(engine: Any) -> Optional[float]:
+    """The DeepSpeed engine's current loss scale (its optimizer's), or ``None`` when it has none."""
+    scale = engine._get_optimizer_loss_scale()
+    return None if scale is None else float(scale)
+
+
+def engine_skipped_steps(engine: Any) -> int:
+    """Optimizer steps the engine skipped for non-finite gradients so far (its ``skipped_steps`` attribute)."""
+    return int(getattr(engine, "skipped_steps", 0))
 
 
 def is_min_loss_scale_error(exc: BaseException) -> bool:

@@ -367,6 +367,26 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         self._count_skipped_step(engine)
         return result
 
+    @override
+    def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
+        """What :class:`precision_base.PrecisionMonitor` logs, read from the DeepSpeed engine of ``strategy``:
+        ``loss_scale`` (fp16 precisions), ``skipped_steps`` and ``nonfinite_grad_steps`` (cumulative steps DeepSpeed
+        skipped for inf/NaN gradients: fp16 overflow, bf16 ``check_grad_overflow``) and ``grad_norm`` (the global
+        norm DeepSpeed computed at the last step, when it did). Empty before the engine exists."""
+        engine = getattr(strategy, "model", None)
+        if engine is None or not hasattr(engine, "step") or not hasattr(engine, "skipped_steps"):
+            return {}
+        skipped = float(_compat.engine_skipped_steps(engine))
+        stats: dict[str, float] = {"skipped_steps": skipped, "nonfinite_grad_steps": skipped}
+        if self.precision.startswith("16-"):
+            scale = _compat.engine_loss_scale(engine)
+            if scale is not None:
+                stats["loss_scale"] = scale
+        norm = engine.get_global_grad_norm()
+        if norm is not None:
+            stats["grad_norm"] = float(norm)
+        return stats
+
     def _count_skipped_step(self, engine: Any) -> None:
         """Stop after ``max_skipped_steps`` steps in a row that DeepSpeed skipped for non-finite gradients."""
         if self.max_skipped_steps is None or not engine.is_gradient_accumulation_boundary():

@@ -96,38 +96,20 @@ def _lightning(
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import precision_base
+    from bench.runs import bench_module
     from precision_base.testing.models import QUIET
 
     ours = precision_base.resolve(f"{'deepspeed' if setup == 'deepspeed' else 'fsdp'}:{precision}")
     plugin: Any = ours if variant == "ours" else FSDPPrecision(precision)  # type: ignore[arg-type]
 
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gpt = gpt
-
-        def configure_model(self) -> None:
-            if setup == "fsdp2":
-                mesh, mp = self.device_mesh["data_parallel"], plugin.mixed_precision_config  # type: ignore[index]
-                for module in [*self.gpt.blocks, self.gpt]:
-                    if variant == "ours":
-                        plugin.fully_shard(module, mesh=mesh)
-                    else:  # what a user of the built-in writes for FSDP2: its dtypes in a policy
-                        policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
-                        fully_shard(module, mesh=mesh, mp_policy=policy)
-
-        def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-            tick()
-
-        def on_train_end(self) -> None:
-            tick()
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            return _loss(self.gpt(batch[:, :-1]), batch)
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.AdamW(self.parameters(), lr=1e-4)
-
+    shard: Any = None
+    if setup == "fsdp2" and variant == "ours":
+        shard = lambda m, mesh: plugin.fully_shard(m, mesh=mesh)  # noqa: E731
+    elif setup == "fsdp2":  # what a user of the built-in writes for FSDP2: its dtypes in a policy
+        mp = plugin.mixed_precision_config
+        policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
+        shard = lambda m, mesh: fully_shard(m, mesh=mesh, mp_policy=policy)  # noqa: E731
+    module = bench_module(gpt, lambda net, tokens: _loss(net(tokens[:, :-1]), tokens), tick, 1e-4, shard=shard)
     strategy: Any = "deepspeed_stage_2"
     if setup != "deepspeed":
         fsdp2 = ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1) if setup == "fsdp2" else None
@@ -137,7 +119,7 @@ def _lightning(
         trainer: Any = precision_base.Trainer(precision_plugin=ours, **kw)
     else:
         trainer = pl.Trainer(**({"plugins": [plugin]} if setup == "fsdp2" else {"precision": precision}), **kw)
-    trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=None))
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
 
 
 def _hand(setup: str, precision: str, net: Any, block_cls: Any, data: Any, tick: Any) -> None:

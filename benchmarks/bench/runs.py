@@ -113,52 +113,55 @@ def slowest_rank(values: list[float]) -> list[float]:
     return [max(g[i] for g in gathered) for i in range(min(len(g) for g in gathered))]
 
 
-def _lightning_fit(
-    trainer_cls: Any, task: Task, steps: int, warmup: int, on_step: OnStep, shard: Any, **kw: Any
-) -> Any:
-    """Fit the benchmark LightningModule for ``warmup + steps`` steps; ``shard(module, mesh)`` is FSDP2's sharding."""
+def bench_module(net: Any, loss: Any, tick: Any, lr: float, on_step: OnStep = None, shard: Any = None) -> Any:
+    """The LightningModule every Lightning variant trains: ``loss(net, batch)``, AdamW, ``tick()`` at every step's
+    start and at the end, ``on_step(module, optimizer)`` before each optimizer step, and in ``configure_model``
+    ``shard(module, mesh)`` over ``net.blocks`` then ``net`` (FSDP2). Records ``losses``."""
     import lightning.pytorch as pl
-
-    clock, losses = Clock(), []
 
     class Bench(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = task.net()
+            self.net, self.losses = net, list[float]()
 
         def configure_model(self) -> None:
-            if shard is not None:
-                mesh = self.device_mesh["data_parallel"]  # type: ignore[index]
-                for block in self.net.blocks:
-                    shard(block, mesh)
-                shard(self.net, mesh)
+            for module in [*self.net.blocks, self.net] if shard is not None else []:
+                shard(module, self.device_mesh["data_parallel"])  # type: ignore[index]
 
         def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-            clock.tick()
+            tick()
 
         def on_train_end(self) -> None:
-            clock.tick()
+            tick()
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            loss = loss_fn(self.net(batch[0]), batch[1])
-            losses.append(float(loss.detach()))
-            return loss
+            value: torch.Tensor = loss(self.net, batch)
+            self.losses.append(float(value.detach()))
+            return value
 
         def on_before_optimizer_step(self, optimizer: Any) -> None:
             if on_step is not None:
                 on_step(self, optimizer)
 
         def configure_optimizers(self) -> Any:
-            return torch.optim.AdamW(self.parameters(), lr=task.lr)
+            return torch.optim.AdamW(self.parameters(), lr=lr)
 
-    module = Bench()
+    return Bench()
+
+
+def _lightning_fit(
+    trainer_cls: Any, task: Task, steps: int, warmup: int, on_step: OnStep, shard: Any, **kw: Any
+) -> Any:
+    """Fit :func:`bench_module` on the task for ``warmup + steps`` steps on CPU."""
+    clock = Clock()
+    module = bench_module(task.net(), lambda net, b: loss_fn(net(b[0]), b[1]), clock.tick, task.lr, on_step, shard)
     with tempfile.TemporaryDirectory() as root:
         limits = dict(max_steps=warmup + steps, max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0)
         # the loaders carry their own DistributedSampler
         kw.update(limits, default_root_dir=root, use_distributed_sampler=False, **QUIET)
         trainer = trainer_cls(accelerator="cpu", devices=world_size(), **kw)
         trainer.fit(module, loader(task, warmup + steps))
-    return clock.result(warmup, losses=losses, module=module, engine=trainer.model)
+    return clock.result(warmup, losses=module.losses, module=module, engine=trainer.model)
 
 
 def fsdp(

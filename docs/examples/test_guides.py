@@ -32,6 +32,7 @@ def run_example(name: str, cwd: Path, *args: str) -> str:
         ("plugin_options.py", ["fsdp:16-mixed FSDPPrecision"]),
         ("own_trainer.py", ["MyTrainer fsdp:bf16-mixed"]),
         ("pytorch_lightning_trainer.py", ["True fsdp:bf16-mixed"]),
+        ("quick_fabric.py", ["FSDP2Strategy FSDPPrecision loss"]),
         (
             "deepspeed_config.py",
             [

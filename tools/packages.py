@@ -93,4 +93,3 @@ def find(name: str, root: Path = ROOT) -> Package:
             return pkg
     known = ", ".join(p.dist for p in packages(root).values())
     raise SystemExit(f"unknown package {name!r}; expected one of {known}")
-

@@ -16,16 +16,45 @@ from typing import Any
 
 STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "error": "❌ error", "skipped": "⏭ skipped"}
 COLUMNS = ("torch", "lightning", "deepspeed", "precision-base")
+"""Installed versions shown per cell; torch with its build tag (``+cpu``, ``+cu121``: test counts differ by build)."""
 
 
-def junit_counts(path: Path) -> dict[str, int]:
-    """``{"tests", "failures", "errors", "skipped"}`` summed over a JUnit XML file's test suites."""
+REAL_FIT = "test_cell_fit"
+"""Test cases whose class name contains this are the cell's real 2-process fit (tests-integration/test_cell_fit.py)."""
+
+
+def _outcome(case: ET.Element) -> str:
+    if case.find("failure") is not None or case.find("error") is not None:
+        return "failed"
+    skipped = case.find("skipped")
+    if skipped is not None:
+        return "xfailed" if skipped.get("type") == "pytest.xfail" else "skipped"
+    return "passed"
+
+
+def junit_counts(path: Path) -> dict[str, Any]:
+    """Outcome counts of a JUnit XML file: the unit tests, and apart from them the real fit (``fit``).
+
+    ``{"tests", "failures", "errors", "skipped"}`` as the test suites state them (``skipped`` there includes
+    xfails), then ``unit`` and ``fit``: ``{"passed", "failed", "skipped", "xfailed"}`` counted per test case, with
+    ``skip_reasons`` (each distinct reason a test was skipped for, e.g. a CPU feature or a torch release).
+    """
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    counts: dict[str, Any] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for suite in suites:
-        for key in counts:
+        for key in ("tests", "failures", "errors", "skipped"):
             counts[key] += int(suite.get(key, 0))
+    for part in ("unit", "fit"):
+        counts[part] = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "skip_reasons": []}
+    for case in root.iter("testcase"):
+        part = counts["fit" if REAL_FIT in (case.get("classname") or "") else "unit"]
+        outcome = _outcome(case)
+        part[outcome] += 1
+        if outcome == "skipped":
+            reason = (case.find("skipped").get("message") or "").removeprefix("Skipped: ")  # type: ignore[union-attr]
+            if reason and reason not in part["skip_reasons"]:
+                part["skip_reasons"].append(reason)
     return counts
 
 
@@ -52,29 +81,73 @@ def _cell_label(requested: dict[str, str]) -> str:
     return ", ".join(f"{k}={requested[k]}" for k in keys)
 
 
+def _version_key(value: str) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in value.split("."))
+
+
+def row_order(cell: dict[str, Any]) -> tuple[Any, ...]:
+    """A stable row order: axis cells by numeric versions (python, torch, deepspeed, lightning), then variants."""
+    requested = cell["requested"]
+    variant = requested.get("variant")
+    return (variant is not None, variant or "", *(_version_key(requested.get(k, "0")) for k in AXIS_ORDER[:-1]))
+
+
 def _installed(cell: dict[str, Any], name: str) -> str:
-    value = (cell.get("installed") or {}).get("versions", {}).get(name)
+    installed = cell.get("installed") or {}
+    if name == "torch" and installed.get("torch_build"):
+        return str(installed["torch_build"])  # with its build tag: +cpu, +cu121, ...
+    value = installed.get("versions", {}).get(name)
     return str(value) if value else "-"
 
 
+def _counts(part: dict[str, Any]) -> str:
+    text = f"{part['passed']} passed, {part['failed']} failed, {part['skipped']} skipped"
+    return text + (f", {part['xfailed']} xfailed" if part.get("xfailed") else "")
+
+
+def _unit_tests(cell: dict[str, Any]) -> str:
+    t = cell.get("tests") or {}
+    if "unit" in t:
+        return _counts(t["unit"])
+    if t:  # a report from before the unit/fit split
+        passed = t.get("tests", 0) - t.get("failures", 0) - t.get("errors", 0) - t.get("skipped", 0)
+        return f"{passed} passed, {t.get('failures', 0) + t.get('errors', 0)} failed, {t.get('skipped', 0)} skipped"
+    return "-"
+
+
+def _real_fit(cell: dict[str, Any]) -> str:
+    fit = (cell.get("tests") or {}).get("fit")
+    if not fit or not any(fit[k] for k in ("passed", "failed", "skipped")):
+        return "-"
+    if fit["failed"]:
+        return f"❌ {fit['failed']} of {fit['passed'] + fit['failed'] + fit['skipped']} failed"
+    if fit["passed"]:
+        return f"✅ trains ({fit['passed']} checks)" + (f", {fit['skipped']} skipped" if fit["skipped"] else "")
+    return "⏭ skipped: " + "; ".join(fit["skip_reasons"])
+
+
+def _cpu(cell: dict[str, Any]) -> str:
+    flags = (cell.get("installed") or {}).get("cpu_flags")
+    if not flags:
+        return "-"
+    fp16 = "yes" if flags.get("avx512_fp16") or flags.get("amx_fp16") else "no"
+    return f"native fp16: {fp16}"
+
+
 def package_table(group: list[dict[str, Any]]) -> list[str]:
-    """The markdown table of one package's cells, and why each failing cell failed."""
-    header = ["cell", "result", "tests", *COLUMNS, "python"]
+    """The markdown table of one package's cells (stable order), why each failing cell failed, and skip reasons."""
+    header = ["cell", "result", "unit tests", "real fit", *COLUMNS, "python", "CPU"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    group = sorted(group, key=row_order)
     for cell in group:
-        t = cell.get("tests") or {}
-        tests = (
-            f"{t.get('tests', 0) - t.get('failures', 0) - t.get('errors', 0) - t.get('skipped', 0)} passed"
-            f", {t.get('failures', 0) + t.get('errors', 0)} failed, {t.get('skipped', 0)} skipped"
-            if t
-            else "-"
-        )
         row = [
             f"`{_cell_label(cell['requested'])}`",
             STATUS_MARK.get(cell["status"], cell["status"]),
-            tests,
+            _unit_tests(cell),
+            _real_fit(cell),
             *(_installed(cell, name) for name in COLUMNS),
             str((cell.get("installed") or {}).get("python", "-")),
+            _cpu(cell),
         ]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
@@ -82,6 +155,16 @@ def package_table(group: list[dict[str, Any]]) -> list[str]:
     if failing:
         lines += ["Why cells failed:", ""]
         lines += [f"- `{c['session']}`: {c.get('reason') or 'see the session log'}" for c in failing]
+        lines.append("")
+    reasons: dict[str, list[str]] = {}
+    for cell in group:
+        tests = cell.get("tests") or {}
+        for part in ("unit", "fit"):
+            for reason in (tests.get(part) or {}).get("skip_reasons", []):
+                reasons.setdefault(reason, []).append(_cell_label(cell["requested"]))
+    if reasons:
+        lines += ["Why tests were skipped (the cells where each reason applied):", ""]
+        lines += [f"- {reason} ({len(where)} of {len(group)} cells)" for reason, where in reasons.items()]
         lines.append("")
     return lines
 

@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.compat import README_END, README_START, first_failures, junit_counts, update_readme, write
+from tools.compat import README_END, README_START, first_failures, junit_counts, row_order, update_readme, write
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
-<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="2" tests="10">
+<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="3" tests="6">
 <testcase classname="tests.test_a" name="test_ok"/>
 <testcase classname="tests.test_a" name="test_bad">
 <failure message="AssertionError: bf16 expected">trace</failure></testcase>
+<testcase classname="tests.test_a" name="test_gpu"><skipped type="pytest.skip" message="needs a GPU">x</skipped>
+</testcase>
+<testcase classname="tests.test_a" name="test_defect"><skipped type="pytest.xfail" message="known">x</skipped>
+</testcase>
+<testcase classname="test_cell_fit" name="test_loss_falls[fsdp-32-true]"/>
+<testcase classname="test_cell_fit" name="test_loss_falls[fsdp-bf16-mixed]">
+<skipped type="pytest.skip" message="FSDP2 on CPU needs torch &gt;= 2.7">x</skipped></testcase>
 </testsuite></testsuites>
 """
 
@@ -19,7 +26,21 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 def test_junit_counts_and_failures(tmp_path: Path) -> None:
     path = tmp_path / "j.xml"
     path.write_text(JUNIT)
-    assert junit_counts(path) == {"tests": 10, "failures": 1, "errors": 0, "skipped": 2}
+    counts = junit_counts(path)
+    assert {k: counts[k] for k in ("tests", "failures", "errors", "skipped")} == {
+        "tests": 6,
+        "failures": 1,
+        "errors": 0,
+        "skipped": 3,
+    }
+    assert counts["unit"] == {"passed": 1, "failed": 1, "skipped": 1, "xfailed": 1, "skip_reasons": ["needs a GPU"]}
+    assert counts["fit"] == {
+        "passed": 1,
+        "failed": 0,
+        "skipped": 1,
+        "xfailed": 0,
+        "skip_reasons": ["FSDP2 on CPU needs torch >= 2.7"],
+    }
     assert first_failures(path) == ["tests.test_a::test_bad: AssertionError: bf16 expected"]
 
 
@@ -34,8 +55,16 @@ def _cells() -> list[dict[str, object]]:
             "package": "precision-fsdp",
             "requested": {"torch": "2.13", "lightning": "2.6"},
             "status": "passed",
-            "installed": {"python": "3.11.7", "versions": versions},
-            "tests": {"tests": 10, "failures": 0, "errors": 0, "skipped": 1},
+            "installed": {
+                "python": "3.11.7",
+                "versions": versions,
+                "torch_build": "2.13.0+cpu",
+                "cpu_flags": {"avx512_fp16": False, "amx_fp16": False},
+            },
+            "tests": {
+                "unit": {"passed": 9, "failed": 0, "skipped": 1, "xfailed": 2, "skip_reasons": ["needs a GPU"]},
+                "fit": {"passed": 8, "failed": 0, "skipped": 0, "xfailed": 0, "skip_reasons": []},
+            },
         },
         {
             "session": "lowest-precision_fsdp",
@@ -55,8 +84,12 @@ def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
     write(cells, {"date": "2025-01-01", "duration_min": 3.5, "excluded": ["a: b"]}, md, js)
     text = md.read_text()
     assert "**1 of 2 cells passed**." in text
-    row = "| `torch=2.13, lightning=2.6` | ✅ passed | 9 passed, 0 failed, 1 skipped | 2.13.0+cpu | 2.6.6 | - |"
+    row = (
+        "| `torch=2.13, lightning=2.6` | ✅ passed | 9 passed, 0 failed, 1 skipped, 2 xfailed | ✅ trains (8 checks) "
+        "| 2.13.0+cpu | 2.6.6 | - | 0.1.0 | 3.11.7 | native fp16: no |"
+    )
     assert row in text
+    assert "- needs a GPU (1 of 2 cells)" in text
     assert "| `variant=lowest` | ❌ failed |" in text
     assert "- `lowest-precision_fsdp`: test_x: boom" in text
     assert "- a: b" in text
@@ -80,3 +113,18 @@ def test_package_readme_gets_its_own_rows_between_markers(tmp_path: Path) -> Non
     assert "1 of 1 cells passed" in second
     assert "variant=lowest" not in second
     assert second.endswith("\nAfter.\n")
+
+
+def test_rows_in_numeric_version_order() -> None:
+    def cell(**requested: str) -> dict[str, object]:
+        return {"requested": requested}
+
+    cells = [cell(variant="lowest"), cell(python="3.11", torch="2.13"), cell(python="3.11", torch="2.4")]
+    cells.append(cell(python="3.10", torch="2.15"))
+    ordered = [c["requested"] for c in sorted(cells, key=row_order)]
+    assert ordered == [
+        {"python": "3.10", "torch": "2.15"},
+        {"python": "3.11", "torch": "2.4"},
+        {"python": "3.11", "torch": "2.13"},
+        {"variant": "lowest"},
+    ]

@@ -20,6 +20,7 @@ from precision_base import PRECISIONS, PrecisionPlugin
 from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_base.doors import check_caller
+from precision_base.numerics import warn_underflowing_hyperparameters
 from precision_fsdp import _compat, resume
 from precision_fsdp.clipping import clip_error_class, clip_grad_norm
 from precision_fsdp.overflow import OverflowWatch, grads_finite
@@ -275,13 +276,19 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
 
     @override
     def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:
-        """Learn the device, the FSDP version and (FSDP1) the root module from the model, then ready the scaler."""
+        """Learn the device, the FSDP version and (FSDP1) the root module from the model, then ready the scaler.
+
+        Warns (:class:`~precision_base.PrecisionPluginWarning`, rank 0): an optimizer hyperparameter is 0 in the
+        dtype of its parameters (Adam's ``eps=1e-8`` under ``16-true``); the message names the parameter group and
+        a value that works (see :mod:`precision_base.numerics`).
+        """
         version = fsdp_version_of(model)
         if version is not None:
             self._fsdp_version = version
         self._fsdp1_root = fsdp1_root(model)
         result = super().connect(model, optimizers, lr_schedulers)
         self._ready_scaler()
+        warn_underflowing_hyperparameters(optimizers or (), self.spec, self.lightning.utilities.rank_zero_warn)
         return result
 
     def _ready_scaler(self) -> None:

@@ -148,11 +148,21 @@ def train_doors(args: dict[str, Any]) -> dict[str, Any]:
         pl.seed_everything(0)  # the same initial weights in every run: the loss check below is deterministic
         # one batch of 8 per rank (the 8 samples each rank draws change with the sampler's epoch)
         model = for_namespace(TinyRegressor, namespace)(hidden=16, optimizer="adamw", lr=0.02, samples=16, batch_size=8)
+        if case.get("lightning_order"):
+            lightning_order, shards_itself = _lightning_order_classes()
+            strategy = lightning_order(stage=3)
+            model = shards_itself(hidden=16, optimizer="adamw", lr=0.02, samples=16, batch_size=8)
+        else:
+            strategy = for_namespace(DeepSpeedCPUStrategy, namespace)(stage=2)
         trainer = pl.Trainer(
-            strategy=for_namespace(DeepSpeedCPUStrategy, namespace)(stage=2), plugins=[plugin], accelerator="cpu",
-            devices=2, max_steps=DOOR_STEPS, gradient_clip_val=0.5, default_root_dir=args["root"], **QUIET,
+            strategy=strategy, plugins=[plugin], accelerator="cpu", devices=2, max_steps=DOOR_STEPS,
+            gradient_clip_val=0.5, default_root_dir=args["root"], **QUIET,
         )  # fmt: skip
-        trainer.fit(model)
+        try:
+            trainer.fit(model)
+        except Exception as exc:  # the outcome under test: recorded, asserted in the test process
+            results[name] = {"error": type(exc).__name__, "message": str(exc)}
+            continue
         engine = trainer.model
         scaler = getattr(engine.optimizer, "loss_scaler", None)
         results[name] = {
@@ -179,6 +189,28 @@ def train_doors(args: dict[str, Any]) -> dict[str, Any]:
     return results
 
 
+def _lightning_order_classes() -> tuple[Any, Any]:
+    """A CPU strategy that formats its config as Lightning's own ``DeepSpeedStrategy`` does (Lightning's defaults
+    first, the plugin's section only when it is connected), and a module that builds a layer in ``configure_model``
+    (so ZeRO-3's ``deepspeed.zero.Init`` creates it with the config formatted so far). Lightning's own strategy
+    refuses the CPU; this is its ``_format_config`` on the CPU strategy."""
+    import torch
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    from precision_base.testing.models import TinyRegressor
+    from precision_deepspeed import DeepSpeedCPUStrategy
+
+    class LightningOrder(DeepSpeedCPUStrategy):
+        def _format_config(self) -> None:
+            DeepSpeedStrategy._format_config(self)
+
+    class ShardsItself(TinyRegressor):
+        def configure_model(self) -> None:
+            self.extra = torch.nn.Linear(4, 4)
+
+    return LightningOrder, ShardsItself
+
+
 def _door_cases() -> dict[str, dict[str, Any]]:
     from precision_deepspeed import _compat
 
@@ -191,6 +223,11 @@ def _door_cases() -> dict[str, dict[str, Any]]:
             "precision": "bf16-mixed",
             "options": {"torch_autocast": True, "autocast_lower_precision_safe_modules": ["torch.nn.Linear"]},
         }
+    if _compat.deepspeed_has_torch_autocast():
+        cases["lightning-order-zero3-autocast"] = {
+            "namespace": "lightning.pytorch", "precision": "bf16-mixed", "options": {"torch_autocast": True},
+            "lightning_order": True,
+        }  # fmt: skip
     if _compat.cpu_supports_fp16():
         cases["lightning-16-mixed-knobs"] = {
             "namespace": "lightning.pytorch", "precision": "16-mixed", "options": FP16_OPTIONS,
@@ -328,3 +365,17 @@ def test_resume_under_another_precision_is_refused_naming_both(
 def test_resume_under_the_same_precision_and_with_lightnings_class(resume_runs: dict[str, Any]) -> None:
     assert resume_runs["bf16->bf16-mixed"] == {"error": None, "global_step": 4}
     assert resume_runs["bf16->lightning-bf16-mixed"] == {"error": None, "global_step": 4}
+
+
+def test_zero3_parameters_made_before_the_plugin_is_connected_are_refused(door_runs: dict[str, Any]) -> None:
+    """Lightning's ordering + ZeRO-3 + configure_model + torch_autocast: DeepSpeed failed with a bare AssertionError."""
+    from precision_deepspeed import _compat
+
+    if not _compat.deepspeed_has_torch_autocast():
+        pytest.skip("the installed DeepSpeed has no torch_autocast config section")
+    run = door_runs["lightning-order-zero3-autocast"]
+    assert run["error"] == "DeepSpeedConfigConflictError", run
+    assert run["message"].startswith(
+        "deepspeed:bf16-mixed needs DeepSpeed's torch_autocast/bfloat16 mode, whose ZeRO-3 parameters are float32, but "
+        "deepspeed.zero.Init already created the parameters of configure_model in bfloat16"
+    )

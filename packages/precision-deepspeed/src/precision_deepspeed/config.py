@@ -132,6 +132,23 @@ def render_precision_section(
     raise ValueError(f"unknown precision {precision!r}")
 
 
+def engine_mode(section: Mapping[str, Any]) -> str:
+    """DeepSpeed's precision mode for a config (or a rendered section): ``"fp16"``, ``"bf16"``, ``"fp32"`` or
+    ``"torch_autocast/<dtype>"``."""
+
+    def enabled(key: str) -> bool:
+        value = section.get(key)
+        return isinstance(value, Mapping) and bool(value.get("enabled", False))
+
+    if enabled("torch_autocast"):
+        return f"torch_autocast/{section['torch_autocast'].get('dtype', 'bfloat16')}"
+    if enabled("fp16"):
+        return "fp16"
+    if enabled("bf16") or enabled("bfloat16"):
+        return "bf16"
+    return "fp32"
+
+
 def _enabled(section: Any) -> bool:
     return isinstance(section, Mapping) and bool(section.get("enabled", False))
 

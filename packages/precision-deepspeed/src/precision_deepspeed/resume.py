@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from precision_base import PrecisionPluginError
+from precision_deepspeed.config import engine_mode
 
 #: The key Lightning files the plugin's state under (the class's ``__qualname__``, same as Lightning's built-in).
 STATE_KEY = "DeepSpeedPrecision"
@@ -32,23 +33,6 @@ STATE_KEY = "DeepSpeedPrecision"
 
 class CheckpointPrecisionError(PrecisionPluginError, ValueError):
     """A checkpoint saved under one DeepSpeed precision mode is resumed under another."""
-
-
-def engine_mode(section: Mapping[str, Any]) -> str:
-    """DeepSpeed's precision mode for a config (or a rendered section): ``"fp16"``, ``"bf16"``, ``"fp32"`` or
-    ``"torch_autocast/<dtype>"``."""
-
-    def enabled(key: str) -> bool:
-        value = section.get(key)
-        return isinstance(value, Mapping) and bool(value.get("enabled", False))
-
-    if enabled("torch_autocast"):
-        return f"torch_autocast/{section['torch_autocast'].get('dtype', 'bfloat16')}"
-    if enabled("fp16"):
-        return "fp16"
-    if enabled("bf16") or enabled("bfloat16"):
-        return "bf16"
-    return "fp32"
 
 
 _MODE_PRECISIONS = {

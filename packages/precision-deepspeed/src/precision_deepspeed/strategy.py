@@ -29,7 +29,7 @@ from lightning.pytorch.strategies import DeepSpeedStrategy
 from typing_extensions import override
 
 from precision_deepspeed import _compat
-from precision_deepspeed.config import write_into_config
+from precision_deepspeed.config import DeepSpeedConfigConflictError, engine_mode, write_into_config
 from precision_deepspeed.resume import check_resume
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def write_plugin_config(strategy: Any) -> Optional[float]:
     if not isinstance(plugin, SectionOwner) or not isinstance(config, dict):
         return None
     if not getattr(strategy, _WRITTEN, False):
-        trainer = _compat.trainer_of(strategy.lightning_module)
+        trainer = _compat.trainer_of(getattr(strategy, "lightning_module", None))  # Fabric strategies have none
         write_into_config(
             config,
             plugin.precision_section(),
@@ -77,8 +77,34 @@ def write_plugin_config(strategy: Any) -> Optional[float]:
             gradient_clip_val=getattr(trainer, "gradient_clip_val", None),
         )
         setattr(strategy, _WRITTEN, True)
+        _check_zero3_parameters(strategy, plugin.spec, engine_mode(config))
     clip = config.get("gradient_clipping")
     return float(clip) if clip is not None else None
+
+
+_MODE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _check_zero3_parameters(strategy: Any, owner: str, mode: str) -> None:
+    """Refuse ZeRO-3 parameters that ``deepspeed.zero.Init`` already created in another dtype than ``mode`` needs.
+
+    With Lightning's own ``DeepSpeedStrategy``, a ``configure_model`` hook runs under ``deepspeed.zero.Init`` with the
+    config Lightning formatted *before* the plugin was connected, so its parameters are partitioned in the dtype of
+    Lightning's default section; DeepSpeed later fails on them with a bare ``AssertionError``.
+    """
+    module = getattr(strategy, "lightning_module", None)
+    wanted = _MODE_DTYPES.get(mode, torch.float32)
+    found = {p.ds_tensor.dtype for p in module.parameters() if hasattr(p, "ds_tensor")} if module is not None else set()
+    wrong = sorted(str(dtype).removeprefix("torch.") for dtype in found if dtype != wanted)
+    if wrong:
+        raise DeepSpeedConfigConflictError(
+            f"{owner} needs DeepSpeed's {mode} mode, whose ZeRO-3 parameters are "
+            f"{str(wanted).removeprefix('torch.')}, but deepspeed.zero.Init already created the parameters of "
+            f"configure_model in {', '.join(wrong)}: Lightning's DeepSpeedStrategy formats its config (with a default "
+            "fp16/bf16 section) before the precision plugin is connected. Put the plugin's section into the "
+            "strategy's config yourself (DeepSpeedStrategy(config={..., **plugin.precision_section()})), or use "
+            "precision_deepspeed.DeepSpeedCPUStrategy (same arguments, CPU or GPUs), which writes it first."
+        )
 
 
 def section_written(strategy: Any) -> bool:

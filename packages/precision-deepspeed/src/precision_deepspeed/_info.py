@@ -10,6 +10,7 @@ INFO = PluginInfo(
     backend="deepspeed",
     precisions=("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"),
     plugin_class="precision_deepspeed.plugin:DeepSpeedPrecision",
+    fabric_class="precision_deepspeed.fabric:DeepSpeedPrecision",
     strategy="lightning.pytorch.strategies.DeepSpeedStrategy (GPUs) or precision_deepspeed.DeepSpeedCPUStrategy (CPU)",
     summary="DeepSpeed engine precision with a plugin-owned config section; runs on CPU too",
 )

@@ -35,6 +35,7 @@ from typing_extensions import override
 
 from precision_base import DtypeTable, PrecisionPlugin, PrecisionPluginError
 from precision_base.casting import cast_floating
+from precision_base.doors import check_caller
 from precision_base.namespaces import namespace_of
 from precision_base.plugin_support import PRECISION_DTYPE_NAMES, precision_dtype
 from precision_base.spec import PRECISIONS
@@ -228,7 +229,13 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
     # -- conversions and contexts -----------------------------------------------------------------------
     @override
     def convert_module(self, module: Module) -> Module:
-        """``*-true``: cast the module to the precision's dtype; otherwise return it unchanged (DeepSpeed casts it)."""
+        """``*-true``: cast the module to the precision's dtype; otherwise return it unchanged (DeepSpeed casts it).
+
+        Raises:
+            precision_base.doors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
+                Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
+        """
+        check_caller(self)
         if self.precision.endswith("-true") and self.precision != "32-true":
             return module.to(dtype=precision_dtype(self.precision))
         return module

@@ -29,6 +29,23 @@ from precision_base.registry import get_entry, get_plugin_class
 from precision_base.spec import PRECISIONS, parse_spec
 
 
+def bind_device_from_inputs(plugin: PrecisionPlugin, data: Any) -> None:
+    """Fabric plugin classes call this in ``convert_input``: Fabric has no ``connect`` hook, so the device autocast
+    runs on is learned from the first tensor in ``data`` (Fabric moved the inputs to the strategy's device)."""
+    import torch
+
+    stack = [data]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, torch.Tensor):
+            plugin.bind_device(item.device)
+            return
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+
+
 class FabricNotSupportedError(PrecisionPluginError, ValueError):
     """The backend is installed but registers no Fabric class (its ``PluginInfo.fabric_class`` is empty)."""
 
@@ -241,6 +258,7 @@ class PrecisionPluginFabricMixin:
 
 __all__ = [
     "FabricNotSupportedError",
+    "bind_device_from_inputs",
     "PrecisionPluginFabricMixin",
     "fabric_class",
     "prepare_fabric_kwargs",

@@ -18,13 +18,14 @@ gradients of FSDP2 by their exact global norm (``ModelParallelStrategy``), or ca
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 import lightning.fabric as lf
 import torch
+from lightning.fabric.strategies.model_parallel import ModelParallelStrategy as _FabricModelParallelStrategy
 from typing_extensions import override
 
+from precision_base.fabric import bind_device_from_inputs
 from precision_base.plugin_support import uses_cpu, wrong_strategy_error
 from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
@@ -42,17 +43,6 @@ HOW_FABRIC_FSDP2 = (
     'plugin.fully_shard(module, mesh=device_mesh["data_parallel"])'
 )
 HOW_FABRIC_FSDP1 = 'strategy="fsdp" (or lightning.fabric.strategies.FSDPStrategy(...)) on CUDA GPUs'
-
-
-def _first_tensor_device(data: Any) -> Optional[torch.device]:
-    if isinstance(data, torch.Tensor):
-        return data.device
-    values = data.values() if isinstance(data, Mapping) else data if isinstance(data, (list, tuple)) else ()
-    for value in values:
-        device = _first_tensor_device(value)
-        if device is not None:
-            return device
-    return None
 
 
 class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
@@ -94,9 +84,7 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
     @override
     def convert_input(self, data: Any) -> Any:
         """Learn the compute device from the inputs (Fabric moved them there), then cast like the Trainer class."""
-        device = _first_tensor_device(data)
-        if device is not None:
-            self.bind_device(device)
+        bind_device_from_inputs(self, data)
         return super().convert_input(data)
 
     @override
@@ -109,7 +97,7 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
                 self._fsdp_version = version
         self.bind_device(tensor.device)
         self._ready_scaler()
-        super().backward(tensor, model, *args, **kwargs)
+        super().backward(tensor, model, *args, **kwargs)  # type: ignore[arg-type]  # Fabric's, not the Trainer's
 
     @override
     def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -157,7 +145,7 @@ class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
     def __init__(self, *args: Any, parallelize_fn: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, parallelize_fn=parallelize_fn or self._shard_by_policy, **kwargs)
 
-    @property
+    @property  # type: ignore[misc]  # read-only here: Fabric's strategy keeps the plugin in `precision`
     def precision_plugin(self) -> Any:
         """Fabric's name for it is ``precision``; :meth:`shard` reads this one."""
         return self.precision  # type: ignore[attr-defined]
@@ -167,7 +155,7 @@ class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
         return module
 
 
-class FSDP2Strategy(FabricFSDP2StrategyImpl, lf.strategies.ModelParallelStrategy):  # type: ignore[misc]
+class FSDP2Strategy(FabricFSDP2StrategyImpl, _FabricModelParallelStrategy):  # type: ignore[misc]
     """Lightning Fabric's ``ModelParallelStrategy`` that shards with FSDP2 by a default policy (the plugin's dtypes),
     data parallel over all processes. See :class:`FabricFSDP2StrategyImpl`."""
 

@@ -109,16 +109,14 @@ def run_ranks(
     ]
     deadline = time.monotonic() + timeout
     failed = ""
-    try:
-        for rank, proc in enumerate(procs):
-            try:
-                code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                failed = f"rank {rank} timed out after {timeout:.0f} s"
-                break
-            if code != 0:
-                failed = f"rank {rank} exited {code}"
-                break
+    try:  # the first rank to fail names the failure (the others may be blocked in a collective waiting for it)
+        codes = [proc.poll() for proc in procs]
+        while not failed and any(code != 0 for code in codes):
+            failed = next((f"rank {r} exited {c}" for r, c in enumerate(codes) if c not in (None, 0)), "")
+            if not failed and time.monotonic() > deadline:
+                failed = f"timed out after {timeout:.0f} s"
+            time.sleep(0.05)
+            codes = [proc.poll() for proc in procs]
     finally:
         for proc in procs:
             if proc.poll() is None:

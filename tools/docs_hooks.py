@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -328,11 +330,15 @@ def gen_dtypes(_: str | None) -> str:
             out.append(f"!!! warning\n    `{backend}` is installed but {entry.status}: {_md_escape(entry.reason)}\n")
             continue
         tables: dict[str, Any] = {}
+        fsdp1: dict[str, Any] = {}
         notes: dict[str, tuple[str, ...]] = {}
         failures = []
         for precision in entry.precisions:
             try:
-                table = resolve(f"{backend}:{precision}").dtypes()
+                plugin = resolve(f"{backend}:{precision}")
+                table = plugin.dtypes()
+                if "fsdp_version" in inspect.signature(plugin.dtypes).parameters:  # FSDP: FSDP2 and FSDP1 differ
+                    table, fsdp1[precision] = plugin.dtypes(fsdp_version=2), plugin.dtypes(fsdp_version=1)
             except Exception as exc:  # shown, never hidden
                 failures.append(f"`{precision}`: {type(exc).__name__}: {_md_escape(str(exc))}")
                 continue
@@ -340,15 +346,27 @@ def gen_dtypes(_: str | None) -> str:
             notes[precision] = tuple(table.notes)
         if tables:
             roles = [role for role, _ in next(iter(tables.values())).rows()]
+            if fsdp1:
+                out.append(
+                    "For FSDP2 (`fully_shard`, the default). A row marked *FSDP1* replaces the row above it under "
+                    "`FSDPStrategy` (FSDP1, CUDA GPUs only); the other rows are the same for both.\n"
+                )
             out.append("| | " + " | ".join(f"`{p}`" for p in tables) + " |")
             out.append("|---|" + "---|" * len(tables))
             for role in roles:
                 cells = [dict(t.rows())[role] for t in tables.values()]
                 out.append(f"| {role} | " + " | ".join(cells) + " |")
+                other = [dict(fsdp1[p].rows())[role] if p in fsdp1 else c for p, c in zip(tables, cells, strict=True)]
+                if fsdp1 and other != cells:
+                    out.append(f"| {role}, *FSDP1* | " + " | ".join(other) + " |")
             out.append("")
+            by_note: dict[str, list[str]] = {}
             for precision, lines in notes.items():
                 for line in lines:
-                    out.append(f"- `{precision}`: {_md_escape(line)}")
+                    by_note.setdefault(line, []).append(precision)
+            for line, precisions in by_note.items():
+                where = "" if len(precisions) == len(tables) else ", ".join(f"`{p}`" for p in precisions) + ": "
+                out.append(f"- {where}{_md_escape(line)}")
             out.append("")
         for failure in failures:
             out.append(f"!!! failure\n    dtypes() failed for {failure}\n")
@@ -445,6 +463,22 @@ BENCHMARKS = {
 }
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)  # JSON writes NaN as null
+
+
+def _diverged(result: Path) -> list[str]:
+    """A sentence per run of the numerics benchmark whose loss became non-finite (it has no line in the chart)."""
+    out = []
+    for run in json.loads(result.read_text(encoding="utf-8")).get("results", []):
+        losses = run.get("losses") or []
+        bad = next((i for i, loss in enumerate(losses) if not _finite(loss)), None)
+        if bad is not None or not _finite(run.get("eval_loss", 0.0)):
+            step = f" from step {bad + 1}" if bad is not None else ""
+            out.append(f"{run['name']} diverged (loss NaN{step}), so its legend entry has no line.")
+    return out
+
+
 def _overhead_verdict(findings: list[str]) -> str:
     """One sentence from an overhead benchmark's findings: where ours differs from Lightning's built-in."""
     against_builtin = [re.sub(r":\s*(slower|faster) beyond.*", r" (\1)", f) for f in findings if "ours/builtin" in f]
@@ -472,6 +506,9 @@ def gen_bench_glance(_: str | None) -> str:
             out.append(f"![{title}]({name}.png)\n")
         if name.startswith("overhead"):
             out.append(f"- {_overhead_verdict(findings)}")
+        elif name == "numerics":
+            out += [f"- {_md_escape(f)}" for f in findings[:2]]
+            out += [f"- {_md_escape(line)}" for line in _diverged(result)]
         else:
             out += [f"- {_md_escape(f)}" for f in findings[:2]]
         out.append(f"- Details: [{name}]({name}.md)")

@@ -7,7 +7,8 @@ Namespace-specific classes are reached through ``self.lightning``; Lightning's m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
@@ -23,6 +24,7 @@ from precision_base.doors import check_caller
 from precision_base.numerics import warn_underflowing_hyperparameters
 from precision_fsdp import _compat, resume
 from precision_fsdp.clipping import clip_error_class, clip_grad_norm
+from precision_fsdp.keep_fp32 import KeepFP32, KeepFP32Error, KeepSpec, cast_except_kept_, install_fp32_forward
 from precision_fsdp.overflow import OverflowWatch, grads_finite
 from precision_fsdp.policy import DtypePlan, dtype_name, parse_dtype
 from precision_fsdp.scaler import (
@@ -99,6 +101,10 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         check_finite_grads: precisions other than ``16-mixed``: skip, on every rank, an optimizer step whose
             gradients hold inf/NaN on any rank (as DeepSpeed's bf16 ``check_grad_overflow``), counted against
             ``max_skipped_steps``. Costs one all-reduce of a flag per step. Default ``False``.
+        keep_fp32: modules that keep float32 parameters and compute in float32 while the rest follows the
+            precision: qualified-name patterns (``"lm_head"``, ``"layers.*.norm"``) and/or module classes
+            (``torch.nn.LayerNorm``). FSDP2 only: each is sharded as its own unit with a float32
+            ``MixedPrecisionPolicy``, autocast is off inside it. See :mod:`precision_fsdp.keep_fp32`.
 
     Raises:
         ValueError: unsupported ``precision`` (Lightning's message first); a scaler or scaler options for a
@@ -121,8 +127,10 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         growth_interval: Optional[int] = None,
         max_skipped_steps: Optional[int] = 50,
         check_finite_grads: bool = False,
+        keep_fp32: Union[KeepSpec, Iterable[KeepSpec], None] = None,
     ) -> None:
         canonical = self.canonical_precision(precision)
+        self._keep = KeepFP32(keep_fp32)
         options = check_scaler_options(
             canonical,
             scaler,
@@ -180,7 +188,12 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             fsdp_version: 1 (``FSDPStrategy``) or 2 (``fully_shard``). Default: the version the plugin is used with,
                 or 2 before it knows (the two differ only in the buffers row).
         """
-        return self._plan.table(fsdp_version or self._fsdp_version or 2)
+        table = self._plan.table(fsdp_version or self._fsdp_version or 2)
+        if self._keep:
+            kept = ", ".join(self._keep.describe())
+            note = f"keep_fp32 ({kept}): float32 parameters, compute, all-gather and reduction; autocast off inside"
+            table = dataclasses.replace(table, notes=(*table.notes, note))
+        return table
 
     @override
     def describe(self) -> Mapping[str, Any]:
@@ -201,6 +214,14 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
                 "cast_forward_inputs": policy.cast_forward_inputs,
             },
         }
+        if self._keep:
+            facts["keep_fp32 (FSDP2 only)"] = {
+                "modules": ", ".join(self._keep.describe()),
+                "parameters": "float32",
+                "compute": "float32 (autocast off inside)",
+                "reduction": "float32",
+                "outputs": "float32" if self._plan.mixed else dtype_name(self._plan.compute),
+            }
         if self.scaler is not None:
             facts["scaler"] = {
                 "kind": type(self.scaler).__name__,
@@ -260,9 +281,25 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
                 "the precision and reduce_dtype on the plugin instead)"
             )
         self._warn_true_precision()
-        _cast_unsharded_(module, self._plan.storage)
         self._fsdp_version = 2
+        if self._keep:
+            for _name, kept, entry in self._keep.kept(module, skip=lambda m: isinstance(m, _compat.FSDPModule)):
+                if isinstance(kept, _compat.FSDPModule):
+                    continue
+                self._keep_in_fp32(kept, entry)
+                fp32 = _compat.MixedPrecisionPolicy(
+                    param_dtype=torch.float32, reduce_dtype=torch.float32, cast_forward_inputs=True
+                )
+                _cast_unsharded_(kept, torch.float32)
+                _compat.fully_shard(kept, mesh=mesh, mp_policy=fp32, **kwargs)
+                if kept is module:
+                    return module
+        _cast_unsharded_(module, self._plan.storage)
         return _compat.fully_shard(module, mesh=mesh, mp_policy=self.mixed_precision_policy, **kwargs)
+
+    def _keep_in_fp32(self, module: torch.nn.Module, entry: str) -> None:
+        out = None if self._plan.mixed else self._plan.compute
+        install_fp32_forward(module, entry, lambda: self.device_type, out)
 
     # -- Trainer front door ---------------------------------------------------------------------------------
     @override
@@ -272,7 +309,10 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         ``ModelParallelStrategy`` is kept; other strategies raise
         :class:`~precision_base.TrainerConfigurationError` naming what to pass. See :mod:`precision_fsdp.selection`.
         """
-        return choose_strategy(self.spec, self.lightning, strategy, accelerator=accelerator, devices=devices)
+        chosen = choose_strategy(self.spec, self.lightning, strategy, accelerator=accelerator, devices=devices)
+        if self._keep and (chosen == "fsdp" or isinstance(chosen, self.lightning.strategies.FSDPStrategy)):
+            raise KeepFP32Error(_KEEP_FP32_FSDP1)
+        return chosen
 
     @override
     def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:
@@ -285,6 +325,8 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         version = fsdp_version_of(model)
         if version is not None:
             self._fsdp_version = version
+        if version == 1 and self._keep:
+            raise KeepFP32Error(_KEEP_FP32_FSDP1)
         self._fsdp1_root = fsdp1_root(model)
         result = super().connect(model, optimizers, lr_schedulers)
         self._ready_scaler()
@@ -313,12 +355,36 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
                 Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
         """
         check_caller(self)
+        if self._keep:
+            return self._convert_with_kept(module)
         if self._plan.mixed:
             return module
         target = self._plan.storage
         tensors = [*module.parameters(), *module.buffers()]
         if any(t.is_floating_point() and t.dtype != target for t in tensors):
             return module.to(dtype=target)
+        return module
+
+    def _convert_with_kept(self, module: torch.nn.Module) -> torch.nn.Module:
+        """``convert_module`` with ``keep_fp32``: hooks on every kept module, the rest cast to the storage dtype.
+
+        Raises:
+            KeepFP32Error: the model is FSDP2-sharded but a kept module with parameters was sharded inside another
+                unit (it was not reached by :meth:`fully_shard` before its parent), so it cannot have its own policy.
+        """
+        found = self._keep.kept(module)
+        sharded = fsdp_version_of(module) == 2
+        for name, kept, entry in found:
+            has_params = any(True for _ in kept.parameters())
+            if sharded and has_params and not isinstance(kept, _compat.FSDPModule):
+                raise KeepFP32Error(
+                    f"keep_fp32 entry {entry} matches module {name!r}, but FSDP2 sharded it inside another unit, so it "
+                    "cannot keep float32 parameters: shard it first with trainer.precision_plugin.fully_shard(...) on "
+                    "the kept module or a parent (the plugin shards kept modules as their own units), or use "
+                    "torch's fully_shard on it yourself with MixedPrecisionPolicy(param_dtype=torch.float32)."
+                )
+            self._keep_in_fp32(kept, entry)
+        cast_except_kept_(module, self._plan.storage, [m for _, m, _ in found])
         return module
 
     @override
@@ -451,7 +517,17 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         return state
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(precision={self.precision!r}, reduce_dtype={dtype_name(self.reduce_dtype)})"
+        keep = f", keep_fp32=({', '.join(self._keep.describe())})" if self._keep else ""
+        return (
+            f"{type(self).__name__}(precision={self.precision!r}, reduce_dtype={dtype_name(self.reduce_dtype)}{keep})"
+        )
+
+
+_KEEP_FP32_FSDP1 = (
+    "keep_fp32 needs FSDP2 (fully_shard): FSDP1 (FSDPStrategy / strategy='fsdp') applies one MixedPrecision per "
+    "wrapped unit and has no public per-module float32 override. Use strategy='auto' (precision_fsdp.FSDP2Strategy) "
+    "or Lightning's ModelParallelStrategy, or drop keep_fp32."
+)
 
 
 def _compute_dtype_of(plugin: Any) -> Optional[torch.dtype]:

@@ -30,7 +30,7 @@ How to read the tables below: each role is the dtype a plugin gives one kind of 
   buffers     module buffers (e.g. BatchNorm statistics) during compute
   inputs      what the floating-point batch is cast to before forward
   init        tensors created while the model is built, and parameters before the strategy wraps them
-  autocast    the dtype torch.autocast runs in during forward ("-": no autocast; -mixed precisions use it)"""
+  autocast    the dtype torch.autocast runs in during forward ("-": none, every op runs in the compute dtype)"""
 
 
 def describe(spec: str) -> Any:

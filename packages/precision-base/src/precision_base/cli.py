@@ -108,8 +108,26 @@ def _describe_lines(value: Any, indent: str = "  ") -> list[str]:
     return [indent + line for line in text.splitlines()]
 
 
+def _show_options(pairs: list[str]) -> dict[str, Any]:
+    """``--option KEY=VALUE`` pairs as keyword options: VALUE read as a Python literal, else kept as text."""
+    import ast
+
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise SystemExit(
+                f"precision-plugins show: --option expects KEY=VALUE (e.g. keep_fp32=('lm_head',)), got {pair!r}"
+            )
+        try:
+            options[key.strip()] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            options[key.strip()] = text
+    return options
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    plugin = resolve(args.spec)
+    plugin = resolve(args.spec, **_show_options(getattr(args, "option", None) or []))
     cls = type(plugin)
     entry = get_entry(plugin.backend)
     info = entry.info
@@ -195,6 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_show = sub.add_parser("show", help="resolve a plugin name and print its dtypes and strategy")
     p_show.add_argument("spec", help='a plugin name such as "fsdp:bf16-mixed"')
     p_show.add_argument("--json", action="store_true", help="print JSON")
+    p_show.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a plugin option, as resolve(spec, KEY=VALUE) takes it (VALUE is a Python literal), e.g. "
+        "--option \"keep_fp32=('lm_head',)\"; repeatable",
+    )
     p_show.set_defaults(func=cmd_show)
     p_doc = sub.add_parser(
         "doctor",

@@ -175,3 +175,17 @@ def test_autocast_runs_on_the_device_of_the_inputs() -> None:
         assert torch.is_autocast_enabled("cpu")
         assert (args[0][0] @ torch.ones(2, 2)).dtype == torch.bfloat16
     assert plugin.device_type == "cpu"
+
+
+def test_show_lists_the_trainer_and_the_fabric_class(capsys: pytest.CaptureFixture[str]) -> None:
+    from precision_base import cli
+    from precision_base.testing.dummy import INFO
+    from precision_base.testing.dummy_plugin import DummyPrecision
+
+    assert cli.main(["show", "fsdp:bf16-mixed"]) == 0
+    out = capsys.readouterr().out
+    both = "plugin:       precision_fsdp.plugin.FSDPPrecision\nfabric:       precision_fsdp.fabric.FSDPPrecision\n"
+    assert both in out
+    with precision_base.registered(INFO, plugin_class=DummyPrecision, distribution="precision-dummy", version="0.3"):
+        assert cli.main(["show", "dummy:bf16-mixed"]) == 0
+    assert "fabric:       none (this backend has no Lightning Fabric class)" in capsys.readouterr().out

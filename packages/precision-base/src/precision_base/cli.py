@@ -134,6 +134,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     table = plugin.dtypes()
     facts = {
         "plugin": f"{cls.__module__}.{cls.__qualname__}",
+        "fabric": (info.fabric_class.replace(":", ".") if info is not None and info.fabric_class else None)
+        or "none (this backend has no Lightning Fabric class)",
         "spec": f"{plugin.backend}:{plugin.precision}",
         "distribution": f"{_distribution(entry)} {entry.version}",
         "strategy": info.strategy if info is not None and info.strategy else None,

@@ -110,6 +110,9 @@ class FSDP2StrategyImpl(_LightningBase):
             )
         plugin = self.precision_plugin  # type: ignore[attr-defined]
         shard_one = getattr(plugin, "fully_shard", None) or fully_shard
+        mark_keep_fp32 = getattr(plugin, "mark_keep_fp32", None)
+        if mark_keep_fp32 is not None:
+            mark_keep_fp32(model)  # keep_fp32 names are relative to the whole model, not to each unit
         for unit in units_to_shard(model, self.auto_wrap_policy):
             shard_one(unit, mesh=mesh["data_parallel"])
         shard_one(model, mesh=mesh["data_parallel"])

@@ -24,7 +24,14 @@ from precision_base.doors import check_caller
 from precision_base.numerics import warn_underflowing_hyperparameters
 from precision_fsdp import _compat, resume
 from precision_fsdp.clipping import clip_error_class, clip_grad_norm
-from precision_fsdp.keep_fp32 import KeepFP32, KeepFP32Error, KeepSpec, cast_except_kept_, install_fp32_forward
+from precision_fsdp.keep_fp32 import (
+    KeepFP32,
+    KeepFP32Error,
+    KeepSpec,
+    cast_except_kept_,
+    install_fp32_forward,
+    is_kept,
+)
 from precision_fsdp.overflow import OverflowWatch, grads_finite
 from precision_fsdp.policy import DtypePlan, dtype_name, parse_dtype
 from precision_fsdp.scaler import (
@@ -297,6 +304,12 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         _cast_unsharded_(module, self._plan.storage)
         return _compat.fully_shard(module, mesh=mesh, mp_policy=self.mixed_precision_policy, **kwargs)
 
+    def mark_keep_fp32(self, root: torch.nn.Module) -> None:
+        """Match ``keep_fp32`` names against ``root`` (the whole model) before sharding its parts one by one, so a
+        kept module passed to :meth:`fully_shard` on its own is recognised. :class:`~precision_fsdp.FSDP2Strategy`
+        calls it; a ``configure_model`` that shards children separately calls it with ``self`` first."""
+        self._keep.mark(root)
+
     def _keep_in_fp32(self, module: torch.nn.Module, entry: str) -> None:
         out = None if self._plan.mixed else self._plan.compute
         install_fp32_forward(module, entry, lambda: self.device_type, out)
@@ -376,12 +389,13 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         sharded = fsdp_version_of(module) == 2
         for name, kept, entry in found:
             has_params = any(True for _ in kept.parameters())
-            if sharded and has_params and not isinstance(kept, _compat.FSDPModule):
+            if sharded and has_params and not is_kept(kept):
                 raise KeepFP32Error(
-                    f"keep_fp32 entry {entry} matches module {name!r}, but FSDP2 sharded it inside another unit, so it "
-                    "cannot keep float32 parameters: shard it first with trainer.precision_plugin.fully_shard(...) on "
-                    "the kept module or a parent (the plugin shards kept modules as their own units), or use "
-                    "torch's fully_shard on it yourself with MixedPrecisionPolicy(param_dtype=torch.float32)."
+                    f"keep_fp32 entry {entry} matches module {name!r}, but FSDP2 sharded it without the plugin's "
+                    "float32 policy (inside another unit, or on its own with another policy), so it cannot keep "
+                    "float32 parameters. Shard through trainer.precision_plugin.fully_shard(...) and call "
+                    "trainer.precision_plugin.mark_keep_fp32(self) first in configure_model, or leave sharding to "
+                    "strategy='auto' (FSDP2Strategy)."
                 )
             self._keep_in_fp32(kept, entry)
         cast_except_kept_(module, self._plan.storage, [m for _, m, _ in found])

@@ -14,7 +14,10 @@ it):
 
 Patterns match the end of a module's qualified name, dot-separated, with ``fnmatch`` wildcards: ``"lm_head"``
 matches ``lm_head`` and ``model.lm_head``; ``"layers.*.norm"`` matches ``model.layers.3.norm``. Names are relative to
-the module the plugin is given (the LightningModule, or the module passed to ``fully_shard``).
+the LightningModule when :class:`~precision_fsdp.FSDP2Strategy` shards by its default policy (it calls
+``plugin.mark_keep_fp32(model)`` first); in a ``configure_model`` of your own, call
+``self.trainer.precision_plugin.mark_keep_fp32(self)`` before ``fully_shard``, or names are relative to the module
+passed to ``fully_shard``. A kept module sharded with another policy is refused at setup, never silently ignored.
 
 FSDP1 (``FullyShardedDataParallel``) applies one ``MixedPrecision`` per wrapped unit and autocast per model; it has
 no public per-module float32 override, so ``keep_fp32`` with FSDP1 is refused (:class:`KeepFP32Error`).
@@ -33,6 +36,9 @@ from precision_base.casting import cast_floating
 
 KeepSpec = Union[str, type[torch.nn.Module]]
 """One ``keep_fp32`` entry: a qualified-name pattern or a module class."""
+
+_PENDING = "_precision_fsdp_keep_fp32_entry"
+"""Attribute set by :meth:`KeepFP32.mark` on a kept module found from the model's root (value: the entry)."""
 
 _MARK = "_precision_fsdp_keep_fp32"
 """Attribute set on a kept module once its hooks are installed (value: the matching entry)."""
@@ -77,7 +83,11 @@ class KeepFP32:
         return [repr(p) for p in self.patterns] + [f"{c.__module__}.{c.__qualname__}" for c in self.classes]
 
     def match(self, name: str, module: torch.nn.Module) -> Optional[str]:
-        """The entry that makes ``module`` (qualified name ``name``) kept, as text, or ``None``."""
+        """The entry that makes ``module`` (qualified name ``name``) kept, as text, or ``None``. A module marked by
+        :meth:`mark` is kept whatever name it is seen under later."""
+        marked: Optional[str] = getattr(module, _PENDING, None)
+        if marked is not None:
+            return marked
         for cls in self.classes:
             if isinstance(module, cls):
                 return f"{cls.__module__}.{cls.__qualname__}"
@@ -86,6 +96,12 @@ class KeepFP32:
                 if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, "*." + pattern):
                     return repr(pattern)
         return None
+
+    def mark(self, root: torch.nn.Module) -> None:
+        """Match names relative to ``root`` (the whole model) now and remember the kept modules, so that a kept
+        module later handed to ``fully_shard`` on its own (with no name around it) is still recognised."""
+        for _name, module, entry in self.kept(root):
+            setattr(module, _PENDING, entry)
 
     def kept(
         self, root: torch.nn.Module, skip: Callable[[torch.nn.Module], bool] = lambda m: False

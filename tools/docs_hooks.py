@@ -221,8 +221,8 @@ def gen_trainer_errors(_: str | None) -> str:
     except ImportError:
         return "!!! note\n    Lightning is not installed where the docs were built; examples skipped.\n"
     sys.path.insert(0, str(ROOT / "docs" / "examples"))
-    from cast_info import INFO
-    from cast_plugin import CastPrecision
+    from cast.info import INFO
+    from cast.plugin import CastPrecision
     from lightning.pytorch.plugins.precision import HalfPrecision
 
     from precision_base import Trainer, registered

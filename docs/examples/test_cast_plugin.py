@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from cast_info import INFO
-from cast_plugin import CastPrecision
+from cast.info import INFO
+from cast.plugin import CastPrecision
 
 from precision_base import UnsupportedPrecisionError, registered, resolve
 from precision_base.testing import PluginConformance

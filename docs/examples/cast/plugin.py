@@ -1,7 +1,7 @@
 """The plugin class of the ``"cast"`` example backend: stores and computes everything in half precision.
 
 This file is the worked example of the docs page "Write your own precision plugin". It is tested by
-``test_cast_plugin.py`` next to it, through precision-base's conformance kit.
+``test_cast_plugin.py`` (one folder up), through precision-base's conformance kit.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from cast_info import INFO
 from lightning.pytorch.plugins.precision import HalfPrecision
 from lightning_utilities.core.apply_func import apply_to_collection
 
+from cast.info import INFO
 from precision_base import DtypeTable, PrecisionPlugin, UnsupportedPrecisionError, normalize_precision
 
 _DTYPE_NAME = {"16-true": "float16", "bf16-true": "bfloat16"}

@@ -3,7 +3,7 @@
 A distribution publishes it in its pyproject.toml::
 
     [project.entry-points."precision_base.plugins"]
-    cast = "cast_info:INFO"
+    cast = "cast.info:INFO"
 """
 
 from precision_base import PluginInfo
@@ -12,7 +12,7 @@ from precision_base import PluginInfo
 INFO = PluginInfo(
     backend="cast",
     precisions=("16-true", "bf16-true"),
-    plugin_class="cast_plugin:CastPrecision",
+    plugin_class="cast.plugin:CastPrecision",
     strategy="any strategy that leaves parameters alone (single device, DDP)",
     requires=("lightning>=2.5",),
     summary="parameters, inputs and compute all in fp16 or bf16; no autocast, no scaler",

@@ -189,3 +189,32 @@ def test_show_lists_the_trainer_and_the_fabric_class(capsys: pytest.CaptureFixtu
     with precision_base.registered(INFO, plugin_class=DummyPrecision, distribution="precision-dummy", version="0.3"):
         assert cli.main(["show", "dummy:bf16-mixed"]) == 0
     assert "fabric:       none (this backend has no Lightning Fabric class)" in capsys.readouterr().out
+
+
+def test_user_scaler_is_kept_and_steps_under_fabrics_hooks() -> None:
+    """Fabric's hooks on the FSDP Fabric class with a user scaler (plain tensors stand in for FSDP2's here)."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=512.0)
+    plugin = resolve_fabric("fsdp:16-mixed", scaler=scaler)
+    model = plugin.convert_module(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = plugin.convert_input(torch.ones(2, 4))
+    with plugin.forward_context():
+        loss = model(x).float().sum()
+    plugin.backward(loss, None)
+    assert plugin.scaler is scaler, "the user's scaler is used, not replaced"
+    assert model.weight.grad is not None
+    assert torch.allclose(model.weight.grad, torch.full((1, 4), 2.0 * 512.0)), "the loss was scaled by 512"
+    before = model.weight.detach().clone()
+    plugin.optimizer_step(optimizer)
+    assert torch.allclose(model.weight, before - 0.1 * 2.0), "the step used the unscaled gradients"
+    model.weight.grad.fill_(float("inf"))
+    stepped = model.weight.detach().clone()
+    plugin.optimizer_step(optimizer)
+    assert torch.equal(model.weight, stepped), "a step with inf gradients is skipped"
+    assert scaler.get_scale() == 256.0, "and the scale halves"
+
+
+def test_user_scaler_for_another_device_is_refused() -> None:
+    plugin = resolve_fabric("fsdp:16-mixed", scaler=torch.amp.GradScaler("cuda", enabled=False))
+    with pytest.raises(ValueError, match=r"made for device 'cuda', but the model runs on 'cpu'"):
+        plugin.backward(torch.ones((), requires_grad=True), None)

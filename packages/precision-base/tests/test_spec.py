@@ -73,7 +73,8 @@ MALFORMED = [
     ("fsdp.v2:bf16-mixed", InvalidSpecError, ["invalid backend 'fsdp.v2'"]),
     ("fsdp/bf16-mixed", InvalidSpecError, ["no ':'"]),
     ("fsdp:bf16 mixed", InvalidSpecError, ["unknown precision 'bf16 mixed'"]),
-    ("fsdp:transformer-engine", InvalidSpecError, ["unknown precision 'transformer-engine'"]),
+    ("fsdp:transformer_engine", InvalidSpecError, ["unknown precision 'transformer_engine'"]),
+    ("fsdp:fp8-true", InvalidSpecError, ["unknown precision 'fp8-true'"]),  # extra names never end in -true/-mixed
 ]
 
 NOT_STRINGS = [None, 16, 16.0, b"fsdp:bf16-mixed", ["fsdp", "bf16-mixed"], ("fsdp", "bf16-mixed"), {"fsdp": 1}, True]

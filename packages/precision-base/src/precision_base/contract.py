@@ -48,6 +48,11 @@ class PluginInfo:
             e.g. ``("deepspeed>=0.14",)``.
         contract_version: the :data:`CONTRACT_VERSION` the plugin was built for.
         summary: one line for ``precision-plugins list``.
+        extra_precisions: optional precisions beyond Lightning's five, each named by
+            :data:`~precision_base.spec.EXTRA_PRECISION_RULE` (e.g. ``"fp8-tensorwise"``), as ``(name, base)`` pairs:
+            ``base`` is the one of the five it behaves like outside its own feature (e.g. ``"bf16-mixed"``), which
+            tools use for the dtypes of everything the extra precision does not change. ``()`` (the default) for
+            plugins with none; old plugins are unaffected.
         fabric_class: optional ``"module:QualName"`` of the plugin's class for ``lightning.fabric.Fabric`` (derived
             from a ``lightning.fabric.plugins.precision`` class and :class:`PrecisionPlugin`); ``""`` (the default)
             means the plugin offers no Fabric class, which Fabric doors say when asked for it.
@@ -61,6 +66,12 @@ class PluginInfo:
     contract_version: int = CONTRACT_VERSION
     summary: str = ""
     fabric_class: str = ""
+    extra_precisions: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def all_precisions(self) -> tuple[str, ...]:
+        """``precisions`` followed by the names of ``extra_precisions``."""
+        return (*self.precisions, *(name for name, _base in self.extra_precisions))
 
     def __post_init__(self) -> None:
         problems = _info_problems(self)
@@ -82,6 +93,7 @@ def _info_problems(info: PluginInfo) -> list[str]:
         problems.append(f"plugin_class must look like 'package.module:ClassName', got {info.plugin_class!r}")
     if not isinstance(info.fabric_class, str) or (info.fabric_class and not _OBJECT_REF_RE.match(info.fabric_class)):
         problems.append(f"fabric_class must be '' or look like 'package.module:ClassName', got {info.fabric_class!r}")
+    problems += _extra_problems(info.extra_precisions)
     if not isinstance(info.requires, tuple) or not all(isinstance(r, str) for r in info.requires):
         problems.append(f"requires must be a tuple of requirement strings, got {info.requires!r}")
     if not isinstance(info.contract_version, int) or isinstance(info.contract_version, bool):
@@ -89,6 +101,20 @@ def _info_problems(info: PluginInfo) -> list[str]:
     for name in ("strategy", "summary"):
         if not isinstance(getattr(info, name), str):
             problems.append(f"{name} must be a string")
+    return problems
+
+
+def _extra_problems(extras: object) -> list[str]:
+    from precision_base.spec import EXTRA_PRECISION_RULE, is_extra_precision_name
+
+    if not isinstance(extras, tuple) or not all(isinstance(e, tuple) and len(e) == 2 for e in extras):
+        return [f"extra_precisions must be a tuple of (name, base) pairs, got {extras!r}"]
+    problems = []
+    for name, base in extras:
+        if not is_extra_precision_name(name):
+            problems.append(f"extra precision {name!r} breaks the naming rule: {EXTRA_PRECISION_RULE}")
+        if base not in PRECISIONS:
+            problems.append(f"extra precision {name!r} has base {base!r}; the base must be one of {PRECISIONS}")
     return problems
 
 
@@ -175,6 +201,7 @@ class PrecisionPlugin:
     precisions: ClassVar[tuple[str, ...]]
     contract_version: ClassVar[int] = CONTRACT_VERSION
     lightning_precision_error: ClassVar[Optional[str]] = None
+    extra_precisions: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     precision: str
 
@@ -201,6 +228,8 @@ class PrecisionPlugin:
             UnsupportedPrecisionError: (a ``ValueError``) ``precision`` is not a precision, or not one this class
                 offers; the message names the class and lists :attr:`precisions`.
         """
+        if isinstance(precision, str) and precision in dict(cls.extra_precisions):
+            return precision
         try:
             canonical: Optional[str] = normalize_precision(precision)
         except (InvalidSpecError, SpecTypeError):

@@ -519,10 +519,10 @@ class Registry:
         parsed = parse_spec(spec)
         entry = self.entry(parsed.backend)
         assert entry.info is not None
-        if parsed.precision not in entry.info.precisions:
+        if parsed.precision not in entry.info.all_precisions:
             raise UnsupportedPrecisionError(
                 f"precision backend {parsed.backend!r} ({entry.distribution} {entry.version}) does not offer "
-                f"{parsed.precision!r}; it offers " + ", ".join(entry.info.precisions)
+                f"{parsed.precision!r}; it offers " + ", ".join(entry.info.all_precisions)
             )
         cls = self.plugin_class(parsed.backend)
         from precision_base.namespaces import for_namespace  # torch-free, imported when a plugin is built

@@ -35,6 +35,25 @@ _BACKEND_RE: Final = re.compile(r"[a-z][a-z0-9_-]*\Z")
 MAX_BACKEND_LENGTH: Final = 64
 """The longest backend name the grammar accepts."""
 
+EXTRA_PRECISION_RE: Final = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9_]+)+\Z")
+MAX_EXTRA_PRECISION_LENGTH: Final = 64
+EXTRA_PRECISION_RULE: Final[str] = (
+    "an extra precision (beyond Lightning's five) is named '<format>-<recipe>': lowercase letters, digits, '_' and "
+    "'-', starting with a letter, at most 64 characters, not ending in '-true' or '-mixed' and not close to one of "
+    "the five names (e.g. 'fp8-tensorwise'); only plugins that declare it in PluginInfo.extra_precisions offer it"
+)
+"""The naming rule for a plugin's extra precisions (e.g. FP8 recipes); see :func:`is_extra_precision_name`."""
+
+
+def is_extra_precision_name(text: object) -> bool:
+    """Whether ``text`` follows :data:`EXTRA_PRECISION_RULE` (it says nothing about which plugin offers it)."""
+    if not isinstance(text, str) or len(text) > MAX_EXTRA_PRECISION_LENGTH or not EXTRA_PRECISION_RE.match(text):
+        return False
+    if text in PRECISIONS or text.endswith(("-true", "-mixed")):
+        return False
+    return not difflib.get_close_matches(text, PRECISIONS, n=1, cutoff=0.6)
+
+
 GRAMMAR: Final[str] = (
     'expected "<backend>:<precision>", e.g. "fsdp:bf16-mixed", where <backend> is a lowercase plugin name '
     "([a-z][a-z0-9_-]*) and <precision> is one of " + ", ".join(PRECISIONS) + ' (or Lightning\'s aliases "32", '
@@ -108,7 +127,8 @@ def parse_spec(spec: object) -> PluginSpec:
     """Parse ``"<backend>:<precision>"`` into a :class:`PluginSpec`.
 
     Whitespace around the whole string and around either part is ignored. The precision is normalised with
-    :func:`normalize_precision`. Every input either parses or raises one of the two errors below (both
+    :func:`normalize_precision`, or kept as written when it follows :data:`EXTRA_PRECISION_RULE` (the registry then
+    checks that the backend declares it). Every input either parses or raises one of the two errors below (both
     :class:`~precision_base.errors.PrecisionPluginError`), whose message repeats at most
     :data:`~precision_base.errors.MAX_SHOWN` characters of the input. A ``str`` subclass is read as the plain
     string it holds: none of its methods run.
@@ -141,6 +161,8 @@ def parse_spec(spec: object) -> PluginSpec:
         elif len(backend) > MAX_BACKEND_LENGTH:
             hint = f" (backend names are at most {MAX_BACKEND_LENGTH} characters)"
         raise InvalidSpecError(f"invalid backend {shorten(backend)} in {shown}{hint}; {GRAMMAR}")
+    if is_extra_precision_name(precision):
+        return PluginSpec(backend=backend, precision=precision)
     try:
         canonical = normalize_precision(precision)
     except InvalidSpecError as exc:

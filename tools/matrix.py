@@ -172,7 +172,15 @@ def reporting(session_name: str, cell: Cell, folder: Path = REPORTS) -> Iterator
 def collect(reports: Path = REPORTS) -> list[dict[str, Any]]:
     """Every cell report in ``reports``, in a stable order (package list order, then session name)."""
     order = [p.dist for p in packages().values()]
-    found = [json.loads(p.read_text()) for p in sorted(reports.glob("*.json")) if not p.name.endswith(".env.json")]
+    found = []
+    for path in sorted(reports.glob("*.json")):
+        if path.name.endswith(".env.json"):
+            continue
+        cell = json.loads(path.read_text())
+        junit = path.with_name(path.name.removesuffix(".json") + ".junit.xml")
+        if junit.exists():  # counted by the current rules (unit tests apart from the real fit, xfails apart)
+            cell["tests"] = junit_counts(junit)
+        found.append(cell)
     return sorted(found, key=lambda c: (order.index(c["package"]) if c["package"] in order else 99, c["session"]))
 
 

@@ -263,7 +263,7 @@ def _backend_strategy_errors() -> str:
         if backend not in installed:
             blocks.append(f"!!! note\n    `{backend}` was not installed where these docs were built.\n")
             continue
-        for strategy in ("ddp", "auto"):
+        for strategy in ("ddp", "fsdp", "deepspeed", "auto"):
             kwargs = {"precision_plugin": f"{backend}:bf16-mixed", "strategy": strategy, "accelerator": "cpu"}
             exc = _raised(functools.partial(Trainer, **kwargs, logger=False))
             if exc is not None:

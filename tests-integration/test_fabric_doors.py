@@ -218,3 +218,12 @@ def test_user_scaler_for_another_device_is_refused() -> None:
     plugin = resolve_fabric("fsdp:16-mixed", scaler=torch.amp.GradScaler("cuda", enabled=False))
     with pytest.raises(ValueError, match=r"made for device 'cuda', but the model runs on 'cpu'"):
         plugin.backward(torch.ones((), requires_grad=True), None)
+
+
+def test_fabrics_throughput_utilities_see_the_compute_dtype() -> None:
+    """Fabric's ThroughputMonitor asks _plugin_to_compute_dtype; Lightning's answer for FSDP is the reduce dtype."""
+    import lightning.fabric.utilities.throughput as throughput
+
+    plugin = resolve_fabric("fsdp:bf16-mixed")
+    assert throughput._plugin_to_compute_dtype(plugin) == torch.bfloat16
+    assert throughput._plugin_to_compute_dtype.__wrapped__(plugin) == torch.float32, "Lightning's own answer"

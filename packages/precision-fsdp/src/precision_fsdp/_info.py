@@ -11,6 +11,7 @@ INFO = PluginInfo(
     precisions=("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed"),
     plugin_class="precision_fsdp.plugin:FSDPPrecision",
     fabric_class="precision_fsdp.fabric:FSDPPrecision",
+    extra_precisions=(("fp8-tensorwise", "bf16-mixed"), ("fp8-rowwise", "bf16-mixed")),
     strategy="FSDP2Strategy (FSDP2, strategy='auto'), ModelParallelStrategy (FSDP2) or FSDPStrategy (FSDP1)",
     summary="FSDP1 MixedPrecision and FSDP2 MixedPrecisionPolicy, autocast on any device, fp32 reduction",
 )

@@ -110,9 +110,9 @@ class FSDP2StrategyImpl(_LightningBase):
             )
         plugin = self.precision_plugin  # type: ignore[attr-defined]
         shard_one = getattr(plugin, "fully_shard", None) or fully_shard
-        mark_keep_fp32 = getattr(plugin, "mark_keep_fp32", None)
-        if mark_keep_fp32 is not None:
-            mark_keep_fp32(model)  # keep_fp32 names are relative to the whole model, not to each unit
+        prepare = getattr(plugin, "prepare_for_sharding", None)
+        if prepare is not None:
+            prepare(model)  # keep_fp32 names and fp8's first/last Linear are relative to the whole model
         for unit in units_to_shard(model, self.auto_wrap_policy):
             shard_one(unit, mesh=mesh["data_parallel"])
         shard_one(model, mesh=mesh["data_parallel"])

@@ -22,7 +22,7 @@ from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_base.doors import check_caller
 from precision_base.numerics import warn_underflowing_hyperparameters
-from precision_fsdp import _compat, resume
+from precision_fsdp import _compat, float8, resume
 from precision_fsdp.clipping import clip_error_class, clip_grad_norm
 from precision_fsdp.keep_fp32 import (
     KeepFP32,
@@ -108,6 +108,11 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         check_finite_grads: precisions other than ``16-mixed``: skip, on every rank, an optimizer step whose
             gradients hold inf/NaN on any rank (as DeepSpeed's bf16 ``check_grad_overflow``), counted against
             ``max_skipped_steps``. Costs one all-reduce of a flag per step. Default ``False``.
+        fp8_emulate: ``fp8-*`` only: run torchao's float8 emulation where the hardware has no FP8 (a test device:
+            CPU tests; slower than ``bf16-mixed``). Default ``False``: no FP8 hardware is an error.
+        fp8_filter: ``fp8-*`` only: which Linear layers to convert, as qualified-name patterns or a callable
+            ``(module, fqn) -> bool``; replaces the defaults (dims multiples of 16, not the first or last Linear).
+            See :mod:`precision_fsdp.float8`.
         keep_fp32: modules that keep float32 parameters and compute in float32 while the rest follows the
             precision: qualified-name patterns (``"lm_head"``, ``"layers.*.norm"``) and/or module classes
             (``torch.nn.LayerNorm``). FSDP2 only: each is sharded as its own unit with a float32
@@ -121,6 +126,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
     backend: ClassVar[str] = "fsdp"
     precisions: ClassVar[tuple[str, ...]] = PRECISIONS
     lightning_precision_error: ClassVar[Optional[str]] = _LIGHTNING_PRECISION_ERROR
+    extra_precisions: ClassVar[tuple[tuple[str, str], ...]] = float8.EXTRA_PRECISIONS
 
     def __init__(
         self,
@@ -135,9 +141,23 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         max_skipped_steps: Optional[int] = 50,
         check_finite_grads: bool = False,
         keep_fp32: Union[KeepSpec, Iterable[KeepSpec], None] = None,
+        fp8_emulate: bool = False,
+        fp8_filter: float8.Fp8Filter = None,
     ) -> None:
         canonical = self.canonical_precision(precision)
         self._keep = KeepFP32(keep_fp32)
+        self._fp8 = float8.is_fp8(canonical)
+        if not self._fp8 and (fp8_emulate or fp8_filter is not None):
+            raise ValueError(
+                f"fp8_emulate and fp8_filter apply to the FP8 precisions ({', '.join(float8.RECIPES)}), not "
+                f"{canonical!r}; remove them."
+            )
+        float8.user_filter(fp8_filter)  # checks its type now
+        self._fp8_emulate = bool(fp8_emulate)
+        self._fp8_filter = fp8_filter
+        self.fp8_converted: list[str] = []
+        """Qualified names of the Linear layers converted to float8 (``fp8-*``), once the model was seen."""
+        base = dict(float8.EXTRA_PRECISIONS).get(canonical, canonical)
         options = check_scaler_options(
             canonical,
             scaler,
@@ -149,7 +169,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             },
         )
         self.precision = canonical  # type: ignore[assignment]
-        self._plan = DtypePlan.for_precision(canonical, None if reduce_dtype is None else parse_dtype(reduce_dtype))
+        self._plan = DtypePlan.for_precision(base, None if reduce_dtype is None else parse_dtype(reduce_dtype))
         _compat.set_lightning_input_dtype(self, self._plan.inputs)
         self._scaler_options = options
         self._user_scaler = scaler is not None
@@ -221,6 +241,8 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
                 "cast_forward_inputs": policy.cast_forward_inputs,
             },
         }
+        if self._fp8:
+            facts["float8 (torchao, FSDP2 only)"] = float8.describe(self.precision)
         if self._keep:
             facts["keep_fp32 (FSDP2 only)"] = {
                 "modules": ", ".join(self._keep.describe()),
@@ -289,6 +311,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             )
         self._warn_true_precision()
         self._fsdp_version = 2
+        self._convert_fp8(module)
         if self._keep:
             for _name, kept, entry in self._keep.kept(module, skip=lambda m: isinstance(m, _compat.FSDPModule)):
                 if isinstance(kept, _compat.FSDPModule):
@@ -303,6 +326,20 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
                     return module
         _cast_unsharded_(module, self._plan.storage)
         return _compat.fully_shard(module, mesh=mesh, mp_policy=self.mixed_precision_policy, **kwargs)
+
+    def _convert_fp8(self, root: torch.nn.Module) -> None:
+        """``fp8-*``: convert ``root``'s chosen Linear layers to float8, once (the first module the plugin sees)."""
+        if not self._fp8 or float8.is_converted(root) or any(isinstance(m, _compat.FSDPModule) for m in root.modules()):
+            return
+        float8.check_can_run(self.spec, self._fp8_emulate)
+        self.fp8_converted = float8.convert(root, self.spec, self.precision, self._fp8_emulate, self._fp8_filter)
+
+    def prepare_for_sharding(self, root: torch.nn.Module) -> None:
+        """Before sharding ``root``'s parts one by one: match ``keep_fp32`` names against the whole model and
+        (``fp8-*``) convert its Linear layers to float8. :class:`~precision_fsdp.FSDP2Strategy` calls it; a
+        ``configure_model`` that shards children separately calls it with ``self`` first."""
+        self._keep.mark(root)
+        self._convert_fp8(root)
 
     def mark_keep_fp32(self, root: torch.nn.Module) -> None:
         """Match ``keep_fp32`` names against ``root`` (the whole model) before sharding its parts one by one, so a
@@ -323,8 +360,13 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         :class:`~precision_base.TrainerConfigurationError` naming what to pass. See :mod:`precision_fsdp.selection`.
         """
         chosen = choose_strategy(self.spec, self.lightning, strategy, accelerator=accelerator, devices=devices)
-        if self._keep and (chosen == "fsdp" or isinstance(chosen, self.lightning.strategies.FSDPStrategy)):
+        fsdp1 = chosen == "fsdp" or isinstance(chosen, self.lightning.strategies.FSDPStrategy)
+        if self._keep and fsdp1:
             raise KeepFP32Error(_KEEP_FP32_FSDP1)
+        if self._fp8:
+            if fsdp1:
+                raise float8.Float8UnavailableError(_FP8_FSDP1.format(spec=self.spec))
+            float8.check_can_run(self.spec, self._fp8_emulate)
         return chosen
 
     @override
@@ -340,6 +382,8 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             self._fsdp_version = version
         if version == 1 and self._keep:
             raise KeepFP32Error(_KEEP_FP32_FSDP1)
+        if version == 1 and self._fp8:
+            raise float8.Float8UnavailableError(_FP8_FSDP1.format(spec=self.spec))
         self._fsdp1_root = fsdp1_root(model)
         result = super().connect(model, optimizers, lr_schedulers)
         self._ready_scaler()
@@ -536,6 +580,11 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             f"{type(self).__name__}(precision={self.precision!r}, reduce_dtype={dtype_name(self.reduce_dtype)}{keep})"
         )
 
+
+_FP8_FSDP1 = (
+    "{spec} needs FSDP2 (fully_shard): torchao's float8 training and float8 all-gather are built for FSDP2. Use "
+    "strategy='auto' (precision_fsdp.FSDP2Strategy) or Lightning's ModelParallelStrategy."
+)
 
 _KEEP_FP32_FSDP1 = (
     "keep_fp32 needs FSDP2 (fully_shard): FSDP1 (FSDPStrategy / strategy='fsdp') applies one MixedPrecision per "

@@ -1,0 +1,83 @@
+"""FP8 precisions: names, options, the install hint, the hardware check and the default Linear choice (single
+process; the 2-process fits are in tests-integration/test_fp8_fits.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import OrderedDict
+
+import pytest
+import torch
+from torch import nn
+
+import precision_base
+from precision_fsdp import FSDPPrecision, float8
+from precision_fsdp.float8 import Float8UnavailableError
+
+
+def test_names_are_declared_and_reachable() -> None:
+    entry = precision_base.get_entry("fsdp")
+    assert entry.info is not None
+    assert entry.info.extra_precisions == (("fp8-tensorwise", "bf16-mixed"), ("fp8-rowwise", "bf16-mixed"))
+    plugin = precision_base.resolve("fsdp:fp8-rowwise")
+    assert plugin.precision == "fp8-rowwise"
+    assert plugin.dtypes() == precision_base.resolve("fsdp:bf16-mixed").dtypes(), "the rest follows bf16-mixed"
+    shown = plugin.describe()["float8 (torchao, FSDP2 only)"]
+    assert shown["converted Linear: weights all-gathered by FSDP2"] == "bfloat16"
+    assert (
+        precision_base.resolve("fsdp:fp8-tensorwise").describe()["float8 (torchao, FSDP2 only)"][
+            "converted Linear: weights all-gathered by FSDP2"
+        ]
+        == "float8_e4m3fn"
+    )
+
+
+def test_fp8_options_only_for_fp8() -> None:
+    with pytest.raises(ValueError, match="fp8_emulate and fp8_filter apply to the FP8 precisions"):
+        FSDPPrecision("bf16-mixed", fp8_emulate=True)
+    with pytest.raises(TypeError, match="fp8_filter must be module name patterns"):
+        FSDPPrecision("fp8-tensorwise", fp8_filter="net.2")  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without an FP8 GPU")
+def test_no_fp8_hardware_is_an_error_outside_emulation() -> None:
+    pytest.importorskip("torchao.float8")
+    plugin = FSDPPrecision("fp8-tensorwise")
+    with pytest.raises(Float8UnavailableError, match=r"needs a GPU with FP8 \(CUDA compute capability 8\.9 or newer\)"):
+        plugin.configure_strategy("auto", accelerator="cpu", devices=2)
+    FSDPPrecision("fp8-tensorwise", fp8_emulate=True).configure_strategy("auto", accelerator="cpu", devices=2)
+
+
+def test_without_torchao_it_is_an_install_hint_and_plain_import_never_loads_torchao() -> None:
+    code = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def no_torchao(name, *a, **k):\n"
+        "    if name.split('.')[0] == 'torchao': raise ImportError('No module named torchao')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = no_torchao\n"
+        "import precision_fsdp, precision_base\n"
+        "p = precision_base.resolve('fsdp:fp8-tensorwise', fp8_emulate=True)\n"
+        "try:\n"
+        "    p.configure_strategy('auto', accelerator='cpu', devices=2)\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert 'Float8UnavailableError fsdp:fp8-tensorwise needs torchao: pip install "precision-fsdp[fp8]"' in out
+    plain = "import sys, precision_base; precision_base.resolve('fsdp:fp8-tensorwise'); print('torchao' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", "building the plugin (even an fp8 one) does not import torchao"
+
+
+def test_default_choice_skips_first_last_and_odd_dims() -> None:
+    model = nn.Sequential(
+        OrderedDict(first=nn.Linear(16, 32), odd=nn.Linear(32, 24), mid=nn.Linear(24 + 8, 32), last=nn.Linear(32, 16))
+    )
+    model.odd = nn.Linear(32, 20)  # 20 is not a multiple of 16
+    decide = float8.default_filter(model)
+    assert [n for n, m in model.named_children() if decide(m, n)] == ["mid"]
+    patterns = float8.user_filter(["first", "la*"])
+    assert patterns is not None
+    assert [n for n, m in model.named_children() if patterns(m, n)] == ["first", "last"]

@@ -1,0 +1,97 @@
+"""Rank code for ``test_fp8_fits.py``: 2-process FSDP2 fits of the same model under ``fsdp:bf16-mixed`` and the FP8
+precisions (torchao's emulation on CPU), measuring what FSDP2 all-gathers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch import Callback, LightningModule, seed_everything
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import precision_base
+from precision_base.testing.launch import world_size
+from precision_base.testing.models import QUIET
+
+WIDTH, FEATURES, OUT = 512, 64, 8
+
+
+def teacher_task(samples: int = 256) -> TensorDataset:
+    """Regression onto a fixed random two-layer teacher (the same data in every rank and run)."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(samples, FEATURES, generator=g)
+    w1, w2 = torch.randn(FEATURES, 128, generator=g) / 8, torch.randn(128, OUT, generator=g) / 11
+    return TensorDataset(x, torch.tanh(x @ w1) @ w2)
+
+
+class Student(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Linear(FEATURES, WIDTH), nn.GELU()]
+        for _ in range(3):
+            layers += [nn.Linear(WIDTH, WIDTH), nn.GELU()]
+        self.net = nn.Sequential(*layers, nn.Linear(WIDTH, OUT))
+        self.losses: list[float] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x).float(), y)
+        self.losses.append(float(loss.detach()))
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=2e-3)
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(teacher_task(), batch_size=32, shuffle=False)
+
+
+class AllGatherBytes(Callback):
+    """Counts the bytes and input dtypes of FSDP2's all-gathers (``dist.all_gather_single``) during training."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.dtypes: set[str] = set()
+        self._original: Any = None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._original = dist.all_gather_single
+
+        def counting(output: torch.Tensor, input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            self.bytes += output.numel() * output.element_size()
+            self.dtypes.add(str(input.dtype))
+            return self._original(output, input, *args, **kwargs)
+
+        dist.all_gather_single = counting
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        dist.all_gather_single = self._original
+
+
+def fit(args: dict[str, Any]) -> dict[str, Any] | None:
+    torch.set_num_threads(1)
+    out: dict[str, Any] = {}
+    for spec in args["specs"]:
+        world_size()
+        seed_everything(2)
+        options = {"fp8_emulate": True} if "fp8" in spec else {}
+        model, counter = Student(), AllGatherBytes()
+        trainer = precision_base.Trainer(
+            precision_plugin=precision_base.resolve(spec, **options),
+            accelerator="cpu",
+            devices=2,
+            max_steps=int(args["steps"]),
+            callbacks=[counter],
+            **QUIET,
+        )
+        trainer.fit(model)
+        out[spec] = {
+            "losses": model.losses,
+            "bytes_per_step": counter.bytes / int(args["steps"]),
+            "dtypes": sorted(counter.dtypes),
+            "converted": list(getattr(trainer.precision_plugin, "fp8_converted", [])),
+            "types": {name: type(m).__name__ for name, m in model.net.named_children() if "Linear" in type(m).__name__},
+        }
+    return out if trainer.global_rank == 0 else None

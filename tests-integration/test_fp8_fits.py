@@ -1,0 +1,68 @@
+"""``fsdp:fp8-tensorwise`` / ``fsdp:fp8-rowwise`` in real 2-process FSDP2 fits through ``precision_base.Trainer`` on
+CPU (torchao's emulation, ``fp8_emulate=True``), against ``fsdp:bf16-mixed`` on the same model and data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from precision_base.testing.launch import run_ranks
+
+pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
+
+
+def _fsdp2_cpu_problem() -> str | None:
+    from precision_fsdp._compat import fsdp2_cpu_problem
+
+    return fsdp2_cpu_problem()
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU: {_fsdp2_cpu_problem()}"),
+]
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("fp8")
+    args = {"specs": ["fsdp:bf16-mixed", "fsdp:fp8-tensorwise", "fsdp:fp8-rowwise"], "steps": STEPS}
+    result: dict[str, Any] = run_ranks(
+        f"{Path(__file__).with_name('_fp8_runs.py')}:fit", args, world=2, threads=1, timeout=300, cwd=root,
+        env={"PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+    return result
+
+
+def test_middle_linears_converted_first_and_last_kept(runs: dict[str, Any]) -> None:
+    for spec in ("fsdp:fp8-tensorwise", "fsdp:fp8-rowwise"):
+        assert runs[spec]["converted"] == ["net.2", "net.4", "net.6"]
+        types = runs[spec]["types"]
+        assert types["0"] == types["8"] == "Linear", "the first and last Linear stay in high precision"
+        assert {types[k] for k in ("2", "4", "6")} == {"Float8Linear"}
+    assert runs["fsdp:bf16-mixed"]["converted"] == []
+
+
+def test_tensorwise_all_gathers_float8_at_about_half_the_bytes(runs: dict[str, Any]) -> None:
+    bf16, fp8 = runs["fsdp:bf16-mixed"], runs["fsdp:fp8-tensorwise"]
+    assert bf16["dtypes"] == ["torch.bfloat16"]
+    # the default policy makes `net` one FSDP2 unit; a unit holding float8 weights is all-gathered as one byte
+    # buffer (float8 weights, bf16 first/last Linear and biases)
+    assert fp8["dtypes"] == ["torch.uint8"]
+    ratio = fp8["bytes_per_step"] / bf16["bytes_per_step"]
+    assert ratio <= 0.55, f"fp8/bf16-mixed all-gather bytes per step = {ratio:.3f}"
+    rowwise = runs["fsdp:fp8-rowwise"]
+    assert rowwise["dtypes"] == ["torch.bfloat16"], "torchao's rowwise recipe has no float8 all-gather"
+    assert rowwise["bytes_per_step"] == bf16["bytes_per_step"]
+
+
+def test_loss_within_one_percent_of_bf16_mixed(runs: dict[str, Any]) -> None:
+    bf16 = runs["fsdp:bf16-mixed"]["losses"]
+    assert bf16[-1] < bf16[0]
+    for spec in ("fsdp:fp8-tensorwise", "fsdp:fp8-rowwise"):
+        final = runs[spec]["losses"][-1]
+        assert abs(final - bf16[-1]) / bf16[-1] < 0.01, f"{spec}: final loss {final} vs bf16-mixed {bf16[-1]}"

@@ -170,7 +170,9 @@ def test_users_fabric_subclass_with_the_mixin() -> None:
 
 def test_autocast_runs_on_the_device_of_the_inputs() -> None:
     plugin = resolve_fabric("fsdp:bf16-mixed")
+    plugin.bind_device("cuda")  # as if told otherwise before: the inputs' device wins
     args = plugin.convert_input(((torch.ones(2, 2),), {}))
+    assert plugin.device_type == "cpu"
     with plugin.forward_context():
         assert torch.is_autocast_enabled("cpu")
         assert (args[0][0] @ torch.ones(2, 2)).dtype == torch.bfloat16

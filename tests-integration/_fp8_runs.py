@@ -27,8 +27,9 @@ def teacher_task(samples: int = 256) -> TensorDataset:
 
 
 class Student(LightningModule):
-    def __init__(self) -> None:
+    def __init__(self, samples: int = 256) -> None:
         super().__init__()
+        self.samples = samples
         layers: list[nn.Module] = [nn.Linear(FEATURES, WIDTH), nn.GELU()]
         for _ in range(3):
             layers += [nn.Linear(WIDTH, WIDTH), nn.GELU()]
@@ -45,7 +46,7 @@ class Student(LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=2e-3)
 
     def train_dataloader(self) -> DataLoader[Any]:
-        return DataLoader(teacher_task(), batch_size=32, shuffle=False)
+        return DataLoader(teacher_task(self.samples), batch_size=32, shuffle=False)
 
 
 class AllGatherBytes(Callback):
@@ -94,4 +95,42 @@ def fit(args: dict[str, Any]) -> dict[str, Any] | None:
             "converted": list(getattr(trainer.precision_plugin, "fp8_converted", [])),
             "types": {name: type(m).__name__ for name, m in model.net.named_children() if "Linear" in type(m).__name__},
         }
+    return out if trainer.global_rank == 0 else None
+
+
+def _trainer(spec: str, epochs: int, root: str, callbacks: list[Any]) -> Any:
+    options = {"fp8_emulate": True} if "fp8" in spec else {}
+    quiet = {k: v for k, v in QUIET.items() if k != "enable_checkpointing"}
+    return precision_base.Trainer(
+        precision_plugin=precision_base.resolve(spec, **options),
+        accelerator="cpu",
+        devices=2,
+        max_epochs=epochs,
+        callbacks=callbacks,
+        default_root_dir=root,
+        **quiet,
+    )
+
+
+def resume(args: dict[str, Any]) -> dict[str, Any] | None:
+    """fp8-tensorwise: 2 epochs of 2 steps uninterrupted (checkpoint after epoch 0, step 2); epoch 1 resumed from it
+    under fp8-tensorwise; the same fp8 checkpoint resumed under bf16-mixed."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    torch.set_num_threads(1)
+    root = args["root"]
+    world_size()
+    seed_everything(2)
+    full = Student(samples=128)
+    ckpt = ModelCheckpoint(dirpath=f"{root}/ckpt", every_n_epochs=1, save_top_k=-1, save_on_train_epoch_end=True)
+    trainer = _trainer("fsdp:fp8-tensorwise", 2, root, [ckpt])
+    trainer.fit(full)
+    step2 = f"{root}/ckpt/epoch=0-step=2.ckpt"
+    out: dict[str, Any] = {"full": full.losses}
+    for name, spec in (("resumed", "fsdp:fp8-tensorwise"), ("as_bf16", "fsdp:bf16-mixed")):
+        world_size()
+        seed_everything(2)
+        model = Student(samples=128)
+        _trainer(spec, 2, root, []).fit(model, ckpt_path=step2)
+        out[name] = model.losses
     return out if trainer.global_rank == 0 else None

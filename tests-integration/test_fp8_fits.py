@@ -66,3 +66,15 @@ def test_loss_within_one_percent_of_bf16_mixed(runs: dict[str, Any]) -> None:
     for spec in ("fsdp:fp8-tensorwise", "fsdp:fp8-rowwise"):
         final = runs[spec]["losses"][-1]
         assert abs(final - bf16[-1]) / bf16[-1] < 0.01, f"{spec}: final loss {final} vs bf16-mixed {bf16[-1]}"
+
+
+def test_resume_equals_uninterrupted_and_fp8_checkpoint_loads_into_bf16_mixed(tmp_path: Path) -> None:
+    result: dict[str, Any] = run_ranks(
+        f"{Path(__file__).with_name('_fp8_runs.py')}:resume", {"root": str(tmp_path)}, world=2, threads=1,
+        timeout=300, cwd=tmp_path, env={"PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+    full, resumed, as_bf16 = result["full"], result["resumed"], result["as_bf16"]
+    assert len(full) == 4
+    assert resumed == full[2:], "steps 3-4 after resuming from step 2 equal the uninterrupted run's"
+    assert len(as_bf16) == 2
+    assert abs(as_bf16[0] - full[2]) / full[2] < 0.01, "the fp8 weights loaded into bf16-mixed give the same loss"

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Optional
 
-from precision_base.plugin_support import precision_dtype
+from precision_fsdp.float8 import EXTRA_PRECISIONS, is_fp8
 from precision_fsdp.policy import DtypePlan, dtype_name
 
 CHECKPOINT_KEY: Final = "precision_fsdp"
@@ -48,6 +48,11 @@ def saved_precision(checkpoint: Mapping[str, Any], qualname: str) -> Optional[st
     return None
 
 
+def _base(precision: str) -> str:
+    """The one of Lightning's five precisions ``precision`` follows (itself, or an FP8 precision's base)."""
+    return dict(EXTRA_PRECISIONS).get(precision, precision)
+
+
 def changes(saved: str, now: str, init_scale: Optional[float]) -> list[str]:
     """What resuming a ``saved``-precision checkpoint under ``now`` changes, one sentence each.
 
@@ -56,7 +61,16 @@ def changes(saved: str, now: str, init_scale: Optional[float]) -> list[str]:
     """
     if saved == now:
         return []
-    before, after = DtypePlan.for_precision(saved), DtypePlan.for_precision(now)
+    said: list[str] = []
+    if is_fp8(saved) or is_fp8(now):
+        fp8 = [p for p in (saved, now) if is_fp8(p)]
+        said.append(
+            f"the Linear layers torchao converts run in float8 only under {' and '.join(fp8)} (the weights are "
+            "stored in float32 either way)"
+        )
+        if _base(saved) == _base(now):
+            return said
+    before, after = DtypePlan.for_precision(_base(saved)), DtypePlan.for_precision(_base(now))
     if before.storage != after.storage:
         raise PrecisionChangeError(
             f"cannot resume a checkpoint written under precision {saved!r} with precision {now!r}: its sharded "
@@ -64,14 +78,13 @@ def changes(saved: str, now: str, init_scale: Optional[float]) -> list[str]:
             f"{dtype_name(after.storage)}. Resume under {saved!r} (or another precision that stores parameters in "
             f"{dtype_name(before.storage)}), or load only the weights into a new run."
         )
-    said: list[str] = []
     if saved == "16-mixed":
         said.append(f"the 16-mixed loss scaler state is dropped: {now} does not scale the loss")
     if now == "16-mixed":
         said.append(f"the 16-mixed loss scaler starts fresh at scale {init_scale}: {saved} did not scale the loss")
-    if precision_dtype(saved) != precision_dtype(now):
+    if before.compute != after.compute:
         said.append(
-            f"compute runs in {dtype_name(precision_dtype(now))} instead of {dtype_name(precision_dtype(saved))} from "
+            f"compute runs in {dtype_name(after.compute)} instead of {dtype_name(before.compute)} from "
             "the next step on (parameters and optimizer state are restored as saved)"
         )
     return said

@@ -65,6 +65,7 @@ def _entry_dict(entry: PluginEntry) -> dict[str, Any]:
         "origin": entry.origin,
         "entry_point": entry.entry_point,
         "precisions": list(entry.precisions),
+        "extra_precisions": list(entry.extra_precisions),
         "status": entry.status,
         "reason": entry.reason,
         "summary": entry.summary,
@@ -93,7 +94,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     else:
         header = ["BACKEND", "DISTRIBUTION", "VERSION", "PRECISIONS", "STATUS", "SUMMARY"]
-        rows = [[e.backend, _distribution(e), e.version, ",".join(e.precisions), e.status, e.summary] for e in entries]
+        rows = [
+            [e.backend, _distribution(e), e.version, ",".join(e.precisions + e.extra_precisions), e.status, e.summary]
+            for e in entries
+        ]
         print(render_table(header, rows))
         problems = [f"  {e.backend}: {e.reason}" for e in entries if e.reason]
         if problems:
@@ -163,7 +167,7 @@ def _doctor_entry(entry: PluginEntry, check_imports: bool) -> dict[str, Any]:
         if entry.status != "disabled":
             report["problems"].append(f"{entry.status}: {entry.reason}")
         return report
-    for precision in entry.precisions:
+    for precision in entry.precisions + entry.extra_precisions:
         try:
             resolve(f"{entry.backend}:{precision}")
         except Exception as exc:  # doctor reports every failure instead of stopping at the first

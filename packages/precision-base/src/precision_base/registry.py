@@ -95,6 +95,11 @@ class PluginEntry:
         return self.info.precisions if self.info is not None else ()
 
     @property
+    def extra_precisions(self) -> tuple[str, ...]:
+        """Names of the backend's extra precisions (beyond Lightning's five), e.g. ``("fp8-tensorwise",)``."""
+        return tuple(name for name, _base in self.info.extra_precisions) if self.info is not None else ()
+
+    @property
     def summary(self) -> str:
         return self.info.summary if self.info is not None else ""
 

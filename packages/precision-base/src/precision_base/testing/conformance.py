@@ -196,6 +196,29 @@ class PluginConformance:
             spec = f"{self.backend}:{missing}"
             _raises(UnsupportedPrecisionError, lambda spec=spec: resolve(spec), f"resolve({spec!r})")
 
+    def test_extra_precisions(self, plugin_cls: Any) -> None:
+        """Extra precisions (``PluginInfo.extra_precisions``, e.g. ``fp8-tensorwise``): the class declares the same
+        ones, each resolves by name to an instance of that precision, and its dtype table names torch dtypes with the
+        compute dtype of its base precision (the extra feature is described by ``describe()``)."""
+        info = get_entry(self.backend).info
+        assert info is not None
+        declared = tuple(getattr(plugin_cls, "extra_precisions", ()))
+        assert declared == tuple(info.extra_precisions), (
+            f"{plugin_cls.__qualname__}.extra_precisions={declared} but PluginInfo.extra_precisions="
+            f"{tuple(info.extra_precisions)}"
+        )
+        for name, base in info.extra_precisions:
+            plugin = resolve(f"{self.backend}:{name}")
+            assert plugin.precision == name, f"resolve('{self.backend}:{name}').precision == {plugin.precision!r}"
+            table = plugin.dtypes()
+            for role, dtype in table.rows():
+                if not (role == "autocast" and dtype == "-"):
+                    _dtype(dtype)
+            assert table.compute == PRECISION_DTYPE[base], (
+                f"{self.backend}:{name} dtypes() computes in {table.compute}; its base {base} computes in "
+                f"{PRECISION_DTYPE[base]}"
+            )
+
     def test_dtype_table_names_torch_dtypes(self, table: DtypeTable) -> None:
         for role, name in table.rows():
             if role == "autocast" and name == "-":

@@ -291,20 +291,24 @@ def gen_plugins(_: str | None) -> str:
     entries = list_plugins()
     if not entries:
         return "!!! warning\n    No precision plugin was installed where these docs were built.\n"
-    rows = ["| backend | distribution | version | status | precisions | strategy |", "|---|---|---|---|---|---|"]
+    rows = ["| backend | distribution | version | status | precisions |", "|---|---|---|---|---|"]
     for e in entries:
-        strategy = e.info.strategy if e.info else ""
         status = e.status if e.status == "ok" else f"{e.status}: {_md_escape(e.reason)}"
-        rows.append(
-            f"| `{e.backend}` | {e.distribution} | {e.version} | {status} | "
-            f"{', '.join(f'`{p}`' for p in e.precisions)} | {_md_escape(strategy)} |"
-        )
+        extras = [f"`{p}` (extra)" for p in getattr(e, "extra_precisions", ())]
+        precisions = ", ".join([f"`{p}`" for p in e.precisions] + extras)
+        rows.append(f"| `{e.backend}` | {e.distribution} | {e.version} | {status} | {precisions} |")
     details = []
     for e in entries:
-        if e.info and e.info.summary:
-            details.append(f"- **{e.backend}**: {e.info.summary}")
-        if e.info and e.info.requires:
-            details.append(f"    - requires: {', '.join(f'`{r}`' for r in e.info.requires)}")
+        if not e.info:
+            continue
+        details.append(f"### `{e.backend}`\n")
+        if e.info.summary:
+            details.append(f"- {_md_escape(e.info.summary)}")
+        if e.info.strategy:
+            details.append(f"- strategies: {_md_escape(e.info.strategy)}")
+        if e.info.requires:
+            details.append(f"- requires: {', '.join(f'`{r}`' for r in e.info.requires)}")
+        details.append("")
     return "\n".join(rows) + "\n\n" + "\n".join(details)
 
 

@@ -2,7 +2,7 @@
 
 For every installed precision plugin and each of the five precisions, it prints what the name resolved to and the
 dtype of each role, then trains for real in 2 processes on CPU (``demo_<backend>.py``), or says why that precision
-cannot train on this machine.
+cannot train on this machine. With the fsdp backend, the same name then trains through Lightning Fabric.
 
     python examples/demo.py            # every installed backend
     python examples/demo.py fsdp       # only the named ones
@@ -77,6 +77,17 @@ def demo_backend(backend: str) -> list[str]:
     return trained
 
 
+def demo_fabric() -> None:
+    """The FSDP plugin through Lightning Fabric (``demo_fabric.py``), trained in 2 processes."""
+    from precision_base.testing.launch import run_ranks
+
+    module = importlib.import_module("demo_fabric")
+    print(f"\n{(module.__doc__ or 'Lightning Fabric').strip().splitlines()[0]}")
+    result = run_ranks(f"{HERE / 'demo_fabric.py'}:train", {"spec": module.SPEC}, world=2, threads=1, timeout=900,
+                       env={"PYTHONWARNINGS": "ignore"})  # fmt: skip
+    print("   trained: " + "; ".join(f"{k} {v}" for k, v in result.items()))
+
+
 def main(argv: list[str]) -> int:
     print(f"precision-base {precision_base.__version__}; installed plugins:\n")
     plugins_cli(["list"])
@@ -96,6 +107,8 @@ def main(argv: list[str]) -> int:
         print(f"\n{entry.backend}: trained {', '.join(trained) or 'nothing'}"
               + (f"; not on this machine: {', '.join(skipped)} (reasons above)" if skipped else ""))  # fmt: skip
         ran.append(entry.backend)
+    if "fsdp" in ran:
+        demo_fabric()
     if missing := wanted - set(ran):
         print(f"\nnot demonstrated (not installed or not usable): {', '.join(sorted(missing))}", file=sys.stderr)
         return 1

@@ -32,3 +32,10 @@ def test_precision_monitor_example(tmp_path: Path) -> None:
 def test_keep_fp32_example(tmp_path: Path) -> None:
     out = _run("keep_fp32.py", tmp_path)
     assert out.splitlines()[-3:] == ["body.0 torch.bfloat16", "body.1 torch.float32", "lm_head torch.float32"]
+
+
+@pytest.mark.slow
+def test_fp8_example(tmp_path: Path) -> None:
+    pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
+    out = _run("fp8_training.py", tmp_path)
+    assert out.splitlines()[-1] == "converted: ['net.2', 'net.4']"

@@ -229,3 +229,20 @@ def test_fabrics_throughput_utilities_see_the_compute_dtype() -> None:
     plugin = resolve_fabric("fsdp:bf16-mixed")
     assert throughput._plugin_to_compute_dtype(plugin) == torch.bfloat16
     assert throughput._plugin_to_compute_dtype.__wrapped__(plugin) == torch.float32, "Lightning's own answer"
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "deepspeed"])
+def test_standalone_lightning_fabric_gets_classes_built_for_it(backend: str) -> None:
+    lightning_fabric = pytest.importorskip("lightning_fabric")
+
+    class MyFabric(PrecisionPluginFabricMixin, lightning_fabric.Fabric):
+        pass
+
+    fabric = MyFabric(precision_plugin=f"{backend}:bf16-mixed", accelerator="cpu", devices=1)
+    assert isinstance(fabric.strategy, lightning_fabric.strategies.Strategy)
+    assert isinstance(fabric.strategy.precision, lightning_fabric.plugins.precision.Precision)
+    assert not isinstance(fabric.strategy.precision, lf.plugins.precision.Precision)
+    assert (
+        type(fabric.strategy.precision).__qualname__
+        == {"fsdp": "FSDPPrecision", "deepspeed": "DeepSpeedPrecision"}[backend]
+    )

@@ -16,7 +16,7 @@ from tools.tests.fake_repo import copy_tooling
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """noxfile.py, tools/, pyproject.toml and each package's metadata, changelog and version file, copied."""
+    """noxfile.py, tools/, pyproject.toml and each package's metadata, changelog and version file (no fragments)."""
     copy_tooling(tmp_path)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     for pkg in packages().values():
@@ -25,7 +25,8 @@ def repo(tmp_path: Path) -> Path:
         shutil.copy(pkg.about, dest / "src" / pkg.module / "__about__.py")
         for name in ("pyproject.toml", "CHANGELOG.md", "README.md", "LICENSE"):
             shutil.copy(pkg.path / name, dest / name)
-        shutil.copytree(pkg.path / "changelog.d", dest / "changelog.d")
+        (dest / "changelog.d").mkdir()  # without the repository's pending fragments: only the test's own
+        shutil.copy(pkg.path / "changelog.d" / "README.md", dest / "changelog.d" / "README.md")
     return tmp_path
 
 

@@ -12,7 +12,9 @@ import torch
 from torch import nn
 
 import precision_base
+from precision_base.testing.launch import process_group
 from precision_fsdp import FSDPPrecision, float8
+from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.float8 import Float8UnavailableError
 
 
@@ -81,3 +83,29 @@ def test_default_choice_skips_first_last_and_odd_dims() -> None:
     patterns = float8.user_filter(["first", "la*"])
     assert patterns is not None
     assert [n for n, m in model.named_children() if patterns(m, n)] == ["first", "last"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="emulation on a machine without FP8")
+def test_keep_fp32_modules_are_never_converted() -> None:
+    pytest.importorskip("torchao.float8")
+    model = nn.Sequential(*(nn.Linear(32, 32) for _ in range(4)))
+    plugin = FSDPPrecision("fp8-tensorwise", fp8_emulate=True, keep_fp32=("2",))
+    plugin.prepare_for_sharding(model)
+    assert plugin.fp8_converted == ["1"], "'0' and '3' are first/last, '2' is kept in float32"
+    assert type(model[1]).__name__ == "Float8Linear"
+    assert type(model[2]) is nn.Linear
+
+
+@pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU: {fsdp2_cpu_problem()}")
+def test_sub_module_sharded_first_converts_nothing_and_is_refused() -> None:
+    """Sharding a 2-Linear block before the whole model: the block's first and last Linear stay high precision, so
+    nothing is converted; setup refuses instead of training silently without float8."""
+    pytest.importorskip("torchao.float8")
+    with process_group():
+        model = nn.Sequential(nn.Linear(32, 32), nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32)), nn.Linear(32, 8))
+        plugin = FSDPPrecision("fp8-tensorwise", fp8_emulate=True)
+        plugin.fully_shard(model[1])
+        plugin.fully_shard(model)
+        assert plugin.fp8_converted == []
+        with pytest.raises(Float8UnavailableError, match="no Linear layer of the model was converted to float8"):
+            plugin.convert_module(model)

@@ -132,11 +132,20 @@ def config(spec: str, precision: str, emulate: bool) -> Any:
     return dataclasses.replace(base, emulate=emulate, enable_fsdp_float8_all_gather=precision == "fp8-tensorwise")
 
 
-def convert(root: torch.nn.Module, spec: str, precision: str, emulate: bool, chosen: Fp8Filter) -> list[str]:
-    """Swap the chosen Linear layers of ``root`` for ``Float8Linear``, in place; return their qualified names."""
+def convert(
+    root: torch.nn.Module,
+    spec: str,
+    precision: str,
+    emulate: bool,
+    chosen: Fp8Filter,
+    exclude: Iterable[torch.nn.Module] = (),
+) -> list[str]:
+    """Swap the chosen Linear layers of ``root`` for ``Float8Linear``, in place; return their qualified names.
+    Modules in ``exclude`` (and everything inside them, e.g. ``keep_fp32`` modules) are never converted."""
     float8 = torchao_float8(spec)
     decide = user_filter(chosen) or default_filter(root)
-    names = [name for name, module in _linears(root) if decide(module, name)]
+    excluded = {id(m) for e in exclude for m in e.modules()}
+    names = [name for name, module in _linears(root) if id(module) not in excluded and decide(module, name)]
     float8.convert_to_float8_training(
         root, module_filter_fn=lambda m, fqn: fqn in names, config=config(spec, precision, emulate)
     )

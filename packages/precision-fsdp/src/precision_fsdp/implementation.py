@@ -155,6 +155,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         float8.user_filter(fp8_filter)  # checks its type now
         self._fp8_emulate = bool(fp8_emulate)
         self._fp8_filter = fp8_filter
+        self._fp8_seen = False
         self.fp8_converted: list[str] = []
         """Qualified names of the Linear layers converted to float8 (``fp8-*``), once the model was seen."""
         base = dict(float8.EXTRA_PRECISIONS).get(canonical, canonical)
@@ -329,10 +330,14 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
 
     def _convert_fp8(self, root: torch.nn.Module) -> None:
         """``fp8-*``: convert ``root``'s chosen Linear layers to float8, once (the first module the plugin sees)."""
-        if not self._fp8 or float8.is_converted(root) or any(isinstance(m, _compat.FSDPModule) for m in root.modules()):
+        if not self._fp8 or self._fp8_seen or any(isinstance(m, _compat.FSDPModule) for m in root.modules()):
             return
+        self._fp8_seen = True
         float8.check_can_run(self.spec, self._fp8_emulate)
-        self.fp8_converted = float8.convert(root, self.spec, self.precision, self._fp8_emulate, self._fp8_filter)
+        kept = [module for _name, module, _entry in self._keep.kept(root)]  # keep_fp32 wins over fp8
+        self.fp8_converted = float8.convert(
+            root, self.spec, self.precision, self._fp8_emulate, self._fp8_filter, exclude=kept
+        )
 
     def prepare_for_sharding(self, root: torch.nn.Module) -> None:
         """Before sharding ``root``'s parts one by one: match ``keep_fp32`` names against the whole model and
@@ -408,10 +413,20 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         :meth:`fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32.
 
         Raises:
+            precision_fsdp.float8.Float8UnavailableError: ``fp8-*`` and no Linear layer of the model was converted
+                (sub-modules sharded before the whole model was seen, or a filter that chose none).
             precision_base.doors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
                 Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
         """
         check_caller(self)
+        if self._fp8 and not float8.is_converted(module):
+            raise float8.Float8UnavailableError(
+                f"{self.spec}: no Linear layer of the model was converted to float8 (converted: "
+                f"{self.fp8_converted or 'none'}). The plugin converts the first module it shards; when "
+                "configure_model shards sub-modules first, call "
+                "self.trainer.precision_plugin.prepare_for_sharding(self) before any fully_shard. Check fp8_filter "
+                "too: the defaults skip the first and last Linear and dimensions that are not multiples of 16."
+            )
         if self._keep:
             return self._convert_with_kept(module)
         if self._plan.mixed:

@@ -117,7 +117,9 @@ def test_each_cell_reports_how_it_ended(tmp_path: Path) -> None:
     failed = _run(tmp_path, "tests-precision_fsdp(b)", "failed")
     assert failed["status"] == "failed"
     assert failed["reason"] == "tests.test_a::test_bad: AssertionError: bf16 expected"
-    assert {k: failed["tests"][k] for k in ("tests", "failures", "errors", "skipped")} == {
+    counts = failed["tests"]
+    assert isinstance(counts, dict)
+    assert {k: counts[k] for k in ("tests", "failures", "errors", "skipped")} == {
         "tests": 3,
         "failures": 1,
         "errors": 0,

@@ -85,7 +85,11 @@ def runs(backend: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
     if backend not in _RUNS:
         root = tmp_path_factory.mktemp(f"cell-fit-{backend}")
         args = {"backend": backend, "precisions": list(PRECISIONS), "root": str(root)}
-        _RUNS[backend] = run_ranks(f"{HERE / '_cell_fit.py'}:fit", args, world=2, env=_env(backend), log_dir=root)
+        # generous: the first DeepSpeed fit of a cell compiles DeepSpeed's CPU communication op (seen: 9+ minutes on
+        # 2 shared cores at load 14); the fit itself takes 40-70 s there
+        _RUNS[backend] = run_ranks(
+            f"{HERE / '_cell_fit.py'}:fit", args, world=2, env=_env(backend), log_dir=root, timeout=1800
+        )
     return _RUNS[backend]
 
 

@@ -68,6 +68,7 @@ def _env(backend: str) -> dict[str, str]:
 
 
 _RUNS: dict[str, dict[str, Any]] = {}
+_FAILED: dict[str, BaseException] = {}  # a launch that failed is not repeated for each of the backend's tests
 
 
 # A cell installs one plugin package: only its backend is collected (a precision-base cell collects nothing here).
@@ -82,14 +83,20 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def runs(backend: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Both precisions of ``backend``, trained once per test session."""
+    if backend in _FAILED:
+        raise _FAILED[backend]
     if backend not in _RUNS:
         root = tmp_path_factory.mktemp(f"cell-fit-{backend}")
         args = {"backend": backend, "precisions": list(PRECISIONS), "root": str(root)}
         # generous: the first DeepSpeed fit of a cell compiles DeepSpeed's CPU communication op (seen: 9+ minutes on
         # 2 shared cores at load 14); the fit itself takes 40-70 s there
-        _RUNS[backend] = run_ranks(
-            f"{HERE / '_cell_fit.py'}:fit", args, world=2, env=_env(backend), log_dir=root, timeout=1800
-        )
+        try:
+            _RUNS[backend] = run_ranks(
+                f"{HERE / '_cell_fit.py'}:fit", args, world=2, env=_env(backend), log_dir=root, timeout=1800
+            )
+        except Exception as exc:
+            _FAILED[backend] = exc
+            raise
     return _RUNS[backend]
 
 

@@ -11,6 +11,7 @@ Version switches are chosen by feature detection (does the module have the name?
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import types
 from collections.abc import Callable, Iterator
@@ -186,6 +187,34 @@ def route_throughput_compute_dtype(
     setattr(module, THROUGHPUT_DTYPE_FUNCTION, compute_dtype)
 
 
+FSDP_ON_CPU_CHECK: Final = "_check_strategy_and_fallback"
+"""Private method of Lightning's ``_AcceleratorConnector`` (``<lightning>.trainer.connectors.accelerator_connector``)
+that refuses FSDP1 on an accelerator other than CUDA. Its wording depends on the release (Lightning 2.4.0-2.5.2:
+"... requires a GPU accelerator, but got: cpu"; 2.5.3 on: "... but received `accelerator='cpu'`. Please set ..."),
+so the plugin quotes the installed Lightning's message by running this check rather than keeping a copy. Undocumented
+behaviour used: before raising, the check reads only ``self._strategy_flag`` and ``self._accelerator_flag``."""
+
+
+def lightning_fsdp_on_cpu_message(lightning: types.ModuleType, accelerator: Any) -> Optional[str]:
+    """The installed Lightning's own error message for ``strategy="fsdp"`` with ``accelerator``, verbatim.
+
+    Args:
+        lightning: the Lightning namespace's root module (``lightning.pytorch`` or ``pytorch_lightning``).
+        accelerator: the accelerator as Lightning resolved it (``"cpu"``, or the object passed).
+
+    Returns:
+        The message of the ``ValueError`` Lightning raises, or ``None`` when this Lightning does not refuse it.
+    """
+    module = importlib.import_module(f"{lightning.__name__}.trainer.connectors.accelerator_connector")
+    check = getattr(module._AcceleratorConnector, FSDP_ON_CPU_CHECK)
+    probe = types.SimpleNamespace(_strategy_flag="fsdp", _accelerator_flag=accelerator)
+    try:
+        check(probe)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 # -- the list the compat test walks ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fenced:
@@ -297,6 +326,15 @@ def _check_throughput_function() -> Optional[str]:
     return None if THROUGHPUT_DTYPE_FUNCTION in source else "ThroughputMonitor.setup no longer calls it"
 
 
+def _check_fsdp_on_cpu_message() -> Optional[str]:
+    import lightning.pytorch as pl
+
+    message = lightning_fsdp_on_cpu_message(pl, "cpu")
+    if message is None or "requires a GPU accelerator" not in message:
+        return f"no longer refuses strategy='fsdp' on accelerator='cpu' as expected (got {message!r})"
+    return None
+
+
 FENCED: Final[tuple[Fenced, ...]] = (
     Fenced(f"{FSDP2_MODULE}.fully_shard", _check_fsdp2),
     Fenced(f"{FSDP2_MODULE}.MixedPrecisionPolicy", _check_policy),
@@ -319,6 +357,10 @@ FENCED: Final[tuple[Fenced, ...]] = (
         _check_configure_model_override,
     ),
     Fenced(f"lightning.pytorch.callbacks.throughput_monitor.{THROUGHPUT_DTYPE_FUNCTION}", _check_throughput_function),
+    Fenced(
+        f"lightning.pytorch.trainer.connectors.accelerator_connector._AcceleratorConnector.{FSDP_ON_CPU_CHECK}",
+        _check_fsdp_on_cpu_message,
+    ),
 )
 """Every fenced symbol, checked by ``tests/test_compat.py``."""
 

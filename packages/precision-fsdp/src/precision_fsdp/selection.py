@@ -18,7 +18,7 @@ from typing import Any, Union
 
 from precision_base.namespaces import NAMESPACES, for_namespace
 from precision_base.plugin_support import registered_strategy_class, uses_cpu, wrong_strategy_error
-from precision_fsdp._compat import fsdp2_cpu_problem
+from precision_fsdp._compat import fsdp2_cpu_problem, lightning_fsdp_on_cpu_message
 from precision_fsdp.fsdp2_strategy import FSDP2Strategy
 
 HOW_FSDP2 = (
@@ -27,15 +27,6 @@ HOW_FSDP2 = (
     'self.trainer.precision_plugin.fully_shard(module, mesh=self.device_mesh["data_parallel"]) in configure_model'
 )
 HOW_FSDP1 = 'strategy="fsdp" (or FSDPStrategy(...)) on CUDA GPUs'
-
-
-def _lightning_fsdp_on_cpu(accelerator: Any) -> str:
-    """Lightning's own message for FSDP1 on a non-CUDA accelerator, verbatim (``_AcceleratorConnector``)."""
-    shown = "cpu" if accelerator == "auto" else accelerator
-    return (
-        f"The strategy `fsdp` requires a GPU accelerator, but received `accelerator={shown!r}`. Please set "
-        "`accelerator='cuda'`, `accelerator='gpu'`, or pass a `CUDAAccelerator()` instance to use FSDP."
-    )
 
 
 def choose_strategy(
@@ -66,12 +57,12 @@ def choose_strategy(
         cls = registered_strategy_class(strategy, namespace)
         if cls is not None and issubclass(cls, fsdp1):
             if uses_cpu(accelerator):
-                raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(accelerator))
+                raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(lightning, accelerator))
             return strategy
         raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.")
     if isinstance(strategy, fsdp1):
         if uses_cpu(accelerator):
-            raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(accelerator))
+            raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(lightning, accelerator))
         if getattr(strategy, "mixed_precision", None) is not None:
             raise wrong_strategy_error(
                 spec,
@@ -95,8 +86,14 @@ def _fsdp2_not_on_this_cpu(problem: str) -> str:
     )
 
 
-def _fsdp1_on_cpu(accelerator: Any) -> str:
+def _fsdp1_on_cpu(lightning: types.ModuleType, accelerator: Any) -> str:
+    """The refusal of FSDP1 on CPU: the installed Lightning's own message, verbatim, then what to do instead."""
+    shown = "cpu" if accelerator == "auto" else accelerator  # Lightning resolves "auto" before its check
+    lightnings = lightning_fsdp_on_cpu_message(lightning, shown)
+    if lightnings is None:  # a Lightning that would accept it: say it in our words
+        lightnings = f"FSDPStrategy needs a CUDA accelerator, not accelerator={shown!r}."
+    end = "" if lightnings.endswith(".") else "."  # Lightning 2.4.0-2.5.2's message has no full stop
     return (
-        f"{_lightning_fsdp_on_cpu(accelerator)} FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an "
+        f"{lightnings}{end} FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an "
         f"accelerator for FullyShardedDataParallel). On CPU, use FSDP2: pass {HOW_FSDP2}."
     )

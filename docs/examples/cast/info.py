@@ -14,6 +14,6 @@ INFO = PluginInfo(
     precisions=("16-true", "bf16-true"),
     plugin_class="cast.plugin:CastPrecision",
     strategy="any strategy that leaves parameters alone (single device, DDP)",
-    requires=("lightning>=2.5",),
+    requires=("lightning>=2.4",),
     summary="parameters, inputs and compute all in fp16 or bf16; no autocast, no scaler",
 )

@@ -170,6 +170,7 @@ FENCED: tuple[Fenced, ...] = (
         "DeepSpeedEngine._get_optimizer_loss_scale",
         ("self",),
         "precision_stats: the current loss scale for PrecisionMonitor",
+        optional=True,
     ),
     Fenced("deepspeed.runtime.engine", "DeepSpeedEngine.get_global_grad_norm", ("self",), "precision_stats"),
 )
@@ -335,7 +336,9 @@ MIN_LOSS_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decreas
 
 def engine_loss_scale(engine: Any) -> Optional[float]:
     """The DeepSpeed engine's current loss scale (its optimizer's), or ``None`` when it has none."""
-    scale = engine._get_optimizer_loss_scale()
+    getter = getattr(engine, "_get_optimizer_loss_scale", None)  # DeepSpeed >= 0.18.6
+    # older releases: the fp16 optimizers carry cur_scale themselves
+    scale = getter() if getter is not None else getattr(getattr(engine, "optimizer", None), "cur_scale", None)
     return None if scale is None else float(scale)
 
 

@@ -348,6 +348,27 @@ def test_max_skipped_steps_stops_a_bf16_run_whose_gradients_are_never_finite() -
         "deepspeed:bf16-mixed: DeepSpeed skipped the last 2 optimizer steps in a row because the gradients were not "
         "finite (max_skipped_steps=2)"
     )
-    # without the option, DeepSpeed skips every step and training ends without an error
+    # without the option, DeepSpeed's own default decides (check_grad_overflow: off up to 0.19.0, on in 0.19.8):
+    # it skips every step, or steps with the non-finite gradients; either way training ends without an error
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config
+
+    checks_by_default = DeepSpeedBF16Config.model_fields["check_grad_overflow"].default
     trainer = _fit(OverflowsAlways(), DeepSpeedPrecision("bf16-mixed"))
-    assert trainer.model.skipped_steps == 2
+    assert trainer.model.skipped_steps == (2 if checks_by_default else 0)
+
+
+def test_max_skipped_steps_turns_on_deepspeeds_bf16_overflow_check_where_it_exists() -> None:
+    plain = DeepSpeedPrecision("bf16-mixed").precision_section()
+    assert plain["bf16"] == {"enabled": True}, "nothing is added without max_skipped_steps"
+    assert DeepSpeedPrecision("16-mixed", max_skipped_steps=2).precision_section()["bf16"] == {"enabled": False}
+    if __import__("precision_deepspeed._compat")._compat.deepspeed_checks_bf16_overflow():
+        section = DeepSpeedPrecision("bf16-mixed", max_skipped_steps=2).precision_section()
+        assert section["bf16"] == {"enabled": True, "check_grad_overflow": True}
+    else:  # DeepSpeed 0.16: bf16 never skips a step, so the limit could never be reached
+        with pytest.raises(ValueError) as info:
+            DeepSpeedPrecision("bf16-mixed", max_skipped_steps=2)
+        assert str(info.value) == (
+            "max_skipped_steps under 'bf16-mixed' needs DeepSpeed's bf16 'check_grad_overflow' option, which the "
+            "installed DeepSpeed does not have: its bf16 mode never skips a step, so the limit could never be "
+            "reached. Upgrade DeepSpeed or leave max_skipped_steps=None."
+        )

@@ -20,7 +20,7 @@ stay portable between this plugin and Lightning's built-in. What it adds:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
@@ -36,17 +36,20 @@ from typing_extensions import override
 from precision_base import DtypeTable, PrecisionPlugin, PrecisionPluginError
 from precision_base.casting import cast_floating
 from precision_base.doors import check_caller
+from precision_base.keep_fp32 import KeepSpec
 from precision_base.namespaces import namespace_of
 from precision_base.plugin_support import PRECISION_DTYPE_NAMES, precision_dtype
 from precision_base.spec import PRECISIONS
 from precision_deepspeed import _compat
 from precision_deepspeed.config import (
     AUTOCAST_PRECISIONS,
+    BF16_PRECISIONS,
     HALF_PRECISIONS,
     LossScaling,
     merge_precision_section,
     render_precision_section,
 )
+from precision_deepspeed.keep_fp32 import install_kept, parse_keep_fp32, reduced_in_half
 from precision_deepspeed.resume import CheckpointPrecisionError, SavedPrecision, engine_mode, mismatch_error
 from precision_deepspeed.selection import resolve_strategy
 from precision_deepspeed.strategy import write_plugin_config
@@ -106,6 +109,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         torch_autocast: bool = False,
         autocast_lower_precision_safe_modules: Optional[Sequence[str]] = None,
         max_skipped_steps: Optional[int] = None,
+        keep_fp32: Union[KeepSpec, Iterable[KeepSpec], None] = None,
     ) -> None:
         precision = self.canonical_precision(precision)
         if max_skipped_steps is not None and (
@@ -137,7 +141,25 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
                 )
         elif autocast_lower_precision_safe_modules is not None:
             raise ValueError("autocast_lower_precision_safe_modules is only used with torch_autocast=True")
+        if (
+            max_skipped_steps is not None
+            and precision in BF16_PRECISIONS
+            and not torch_autocast
+            and not _compat.deepspeed_checks_bf16_overflow()
+        ):
+            raise ValueError(
+                f"max_skipped_steps under {precision!r} needs DeepSpeed's bf16 'check_grad_overflow' option, which the "
+                "installed DeepSpeed does not have: its bf16 mode never skips a step, so the limit could never be "
+                "reached. Upgrade DeepSpeed or leave max_skipped_steps=None."
+            )
+        keep = parse_keep_fp32(
+            keep_fp32,
+            precision=precision,
+            torch_autocast=bool(torch_autocast),
+            safe_modules=autocast_lower_precision_safe_modules,
+        )
         super().__init__(precision)  # type: ignore[call-arg]
+        self.keep_fp32 = keep
         self.loss_scaling = scaling
         self.torch_autocast = bool(torch_autocast)
         self.autocast_lower_precision_safe_modules = (
@@ -151,13 +173,20 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
 
     # -- the DeepSpeed config ---------------------------------------------------------------------------
     def precision_section(self) -> dict[str, Any]:
-        """The precision section of the DeepSpeed config this plugin needs (``fp16``, ``bf16``, ``torch_autocast``)."""
-        return render_precision_section(
+        """The precision section of the DeepSpeed config this plugin needs (``fp16``, ``bf16``, ``torch_autocast``).
+
+        With ``max_skipped_steps`` under bf16 the ``bf16`` section turns on DeepSpeed's ``check_grad_overflow`` (off by
+        default up to DeepSpeed 0.19.0), without which DeepSpeed's bf16 mode would never skip a step to count.
+        """
+        section = render_precision_section(
             self.precision,
             loss_scaling=self.loss_scaling,
             torch_autocast=self.torch_autocast,
             autocast_lower_precision_safe_modules=self.autocast_lower_precision_safe_modules,
         )
+        if self.max_skipped_steps is not None and section["bf16"].get("enabled"):
+            section["bf16"]["check_grad_overflow"] = True
+        return section
 
     def deepspeed_config(self, user_config: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
         """A copy of ``user_config`` with this plugin's precision section merged in (for a DeepSpeed config you pass
@@ -169,8 +198,30 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         return merge_precision_section(user_config, self.precision_section(), owner=self.spec)
 
     def describe(self) -> Mapping[str, Any]:
-        """For ``precision-plugins show``: the DeepSpeed config section this plugin writes."""
-        return {"DeepSpeed config section": self.precision_section()}
+        """For ``precision-plugins show``: the DeepSpeed config section this plugin writes, and ``keep_fp32``."""
+        facts: dict[str, Any] = {"DeepSpeed config section": self.precision_section()}
+        if self.keep_fp32:
+            facts["keep_fp32"] = {
+                "modules": ", ".join(self.keep_fp32.describe()),
+                "parameters": "float32",
+                "compute": "float32 (autocast off inside, floating inputs cast to float32)",
+                "outputs": "float32",
+                "reduction": self._kept_reduction(),
+            }
+        return facts
+
+    def _kept_reduction(self) -> str:
+        """The gradient-reduction dtype of kept modules, as text (DeepSpeed picks it by module class)."""
+        half = PRECISION_DTYPE_NAMES[self.precision]
+        on_list = reduced_in_half(self.keep_fp32, self.autocast_lower_precision_safe_modules)
+        if self.keep_fp32.patterns:
+            return (
+                f"float32, but {half} for parameters of kept modules whose exact class is on DeepSpeed's "
+                "lower-precision-safe list (autocast_lower_precision_safe_modules; default Linear, Conv1d/2d/3d)"
+            )
+        if on_list:
+            return f"{half} for {', '.join(on_list)} (on DeepSpeed's lower-precision-safe list), float32 otherwise"
+        return "float32"
 
     def configure_strategy(
         self, strategy: Union[str, Strategy], *, accelerator: Any, devices: Any
@@ -211,7 +262,10 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
                     "DeepSpeed's torch_autocast mode: the module stays float32; forward runs under torch.autocast",
                     f"reduction: {half} for parameters of lower-precision-safe modules (Linear, Conv by default), "
                     "float32 for the others",
-                ),
+                ) + ((
+                    f"keep_fp32 ({', '.join(self.keep_fp32.describe())}): float32 compute and outputs, autocast off "
+                    f"inside; reduction: {self._kept_reduction()}",
+                ) if self.keep_fp32 else ()),
             )  # fmt: skip
         true = self.precision.endswith("-true")
         buffers = half if true or not _compat.deepspeed_keeps_buffer_dtype() else "float32"
@@ -230,12 +284,15 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
     @override
     def convert_module(self, module: Module) -> Module:
         """``*-true``: cast the module to the precision's dtype; otherwise return it unchanged (DeepSpeed casts it).
+        With ``keep_fp32``, kept modules get their float32 forward (autocast off, inputs cast to float32) first.
 
         Raises:
             precision_base.doors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
                 Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
         """
         check_caller(self)
+        if self.keep_fp32:
+            install_kept(self.keep_fp32, module, lambda: self.device_type)
         if self.precision.endswith("-true") and self.precision != "32-true":
             return module.to(dtype=precision_dtype(self.precision))
         return module
@@ -480,12 +537,19 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, _LightningDeepSpeedPrecision): 
         autocast_lower_precision_safe_modules: with ``torch_autocast``, ``"package.Class"`` names of modules whose
             parameters DeepSpeed communicates in the autocast dtype.
         max_skipped_steps: stop with :class:`DeepSpeedPrecisionError` after this many optimizer steps in a row that
-            DeepSpeed skipped for non-finite gradients (fp16 overflows; bf16 with DeepSpeed's ``check_grad_overflow``,
-            on by default in DeepSpeed 0.19.8); ``None`` (default): never stop, as DeepSpeed does.
+            DeepSpeed skipped for non-finite gradients (fp16 overflows; bf16: the plugin turns on DeepSpeed's
+            ``check_grad_overflow``, absent in DeepSpeed 0.16); ``None`` (default): never stop, as DeepSpeed does.
+        keep_fp32: with ``torch_autocast=True``: modules (qualified-name patterns relative to the LightningModule,
+            and/or ``torch.nn.Module`` classes) that compute in float32 with autocast off inside; see
+            :mod:`precision_deepspeed.keep_fp32`. Refused without ``torch_autocast`` (DeepSpeed's native modes cast
+            the whole module).
 
     Raises:
-        ValueError: an unsupported ``precision``, fp16 knobs under a non-fp16 precision, or ``torch_autocast`` under a
-            ``*-true`` precision or with a DeepSpeed that has no ``torch_autocast`` section.
+        ValueError: an unsupported ``precision``, fp16 knobs under a non-fp16 precision, ``torch_autocast`` under a
+            ``*-true`` precision or with a DeepSpeed that has no ``torch_autocast`` section, or ``max_skipped_steps``
+            under bf16 with a DeepSpeed whose bf16 mode has no ``check_grad_overflow``.
+        precision_deepspeed.keep_fp32.KeepFP32Error: ``keep_fp32`` without ``torch_autocast=True``, or a class both
+            in ``keep_fp32`` and in ``autocast_lower_precision_safe_modules``.
     """
 
 

@@ -74,8 +74,7 @@ def test_reduce_dtype_is_a_choice(cls: type) -> None:
 
 @_classes("the built-in raises on every clip-by-norm, even where FSDP2's DTensor norm is exact")
 def test_clip_grad_by_norm_on_fsdp2_dtensor_gradients(cls: type, cpu_mesh: Any) -> None:
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import DTensor
+    from precision_fsdp._compat import DTensor, fully_shard
 
     model = fully_shard(mlp(), mesh=cpu_mesh)
     model(torch.randn(4, 8)).pow(2).sum().mul(100).backward()
@@ -91,7 +90,7 @@ def test_clip_grad_by_norm_on_fsdp2_dtensor_gradients(cls: type, cpu_mesh: Any) 
 
 @_classes("the built-in always builds ShardedGradScaler('cuda'), which FSDP2 does not need and CPU cannot use")
 def test_fsdp2_on_cpu_gets_torch_amp_grad_scaler(cls: type, cpu_mesh: Any) -> None:
-    from torch.distributed.fsdp import fully_shard
+    from precision_fsdp._compat import fully_shard
 
     model = fully_shard(mlp(), mesh=cpu_mesh)
     plugin = cls("16-mixed")

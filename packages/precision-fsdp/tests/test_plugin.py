@@ -291,7 +291,7 @@ def test_strategy_passes_our_mixed_precision_to_lightnings_fsdp_strategy() -> No
 # -- FSDP2 in one process -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed", "16-true"])
 def test_fully_shard_takes_dtypes_from_the_plugin(precision: str, cpu_mesh: Any) -> None:
-    from torch.distributed.tensor import DTensor
+    from precision_fsdp._compat import DTensor
 
     plugin = FSDPPrecision(precision)
     plugin.bind_device("cpu")
@@ -310,8 +310,6 @@ def test_fully_shard_takes_dtypes_from_the_plugin(precision: str, cpu_mesh: Any)
 
 
 def test_fully_shard_refuses_a_second_policy(cpu_mesh: Any) -> None:
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
     with pytest.raises(TypeError, match="mp_policy"):
         FSDPPrecision("bf16-mixed").fully_shard(mlp(), mesh=cpu_mesh, mp_policy=MixedPrecisionPolicy())
 
@@ -342,7 +340,7 @@ def test_clipping_plain_gradients_in_one_process() -> None:
 
 
 def test_default_scaler_carries_state_when_connected(cpu_mesh: Any) -> None:
-    from torch.distributed.fsdp import fully_shard
+    from precision_fsdp._compat import fully_shard
 
     plugin = FSDPPrecision("16-mixed", init_scale=64.0)
     plugin.load_state_dict({**plugin.state_dict(), "scale": 16.0, "_growth_tracker": 5})
@@ -363,7 +361,7 @@ def test_user_scaler_checks() -> None:
 
 
 def test_pickles_without_the_connected_model(cpu_mesh: Any) -> None:
-    from torch.distributed.fsdp import fully_shard
+    from precision_fsdp._compat import fully_shard
 
     plugin = FSDPPrecision("bf16-mixed")
     plugin.connect(fully_shard(mlp(), mesh=cpu_mesh), [], [])

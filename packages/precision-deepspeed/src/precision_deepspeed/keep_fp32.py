@@ -1,0 +1,92 @@
+"""Per-module precision under DeepSpeed: ``keep_fp32=`` with ``torch_autocast=True``.
+
+``DeepSpeedPrecision("bf16-mixed", torch_autocast=True, keep_fp32=("lm_head", torch.nn.LayerNorm))``: modules matched
+as :mod:`precision_base.keep_fp32` says (qualified-name patterns relative to the LightningModule, or classes) are
+*kept*. In DeepSpeed's ``torch_autocast`` mode the module's parameters stay float32 anyway; for a kept module (and
+everything inside it) ``torch.autocast`` is off and floating inputs are cast to float32, so it computes in float32,
+and its float32 outputs reach the rest of the model, where autocast casts them as each op needs.
+
+Gradient reduction: DeepSpeed picks the communication dtype of a parameter by the *exact class* of its module (its
+lower-precision-safe list, ``autocast_lower_precision_safe_modules``, default ``Linear`` and ``Conv1d/2d/3d``): a kept
+module of such a class still has its gradients reduced in the autocast dtype. To reduce them in float32, pass an
+``autocast_lower_precision_safe_modules`` list without that class; naming the same class in both is refused.
+
+DeepSpeed's native fp16/bf16 modes (``torch_autocast=False``, the default) cast the whole module to the half dtype
+inside ``deepspeed.initialize`` and flatten every parameter into half-precision groups: they cannot keep some
+modules in float32, so ``keep_fp32`` there is refused at construction, naming ``torch_autocast=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Optional, Union
+
+import torch
+
+from precision_base import PrecisionPluginError
+from precision_base.keep_fp32 import KeepFP32, KeepSpec, install_fp32_forward
+
+#: DeepSpeed's default lower-precision-safe classes (its ``LOWER_PRECISION_SAFE_MODULES``), by import name.
+DEFAULT_SAFE_MODULES = ("torch.nn.Linear", "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d")
+
+
+class KeepFP32Error(PrecisionPluginError, ValueError):
+    """``keep_fp32`` cannot be honoured under DeepSpeed as asked (native fp16/bf16 mode, or a contradiction)."""
+
+
+def parse_keep_fp32(
+    entries: Union[KeepSpec, Iterable[KeepSpec], None],
+    *,
+    precision: str,
+    torch_autocast: bool,
+    safe_modules: Optional[Sequence[str]],
+) -> KeepFP32:
+    """Parse ``keep_fp32`` for a DeepSpeed plugin and check it can be honoured.
+
+    Raises:
+        TypeError: an entry is neither a name pattern nor a ``torch.nn.Module`` subclass.
+        KeepFP32Error: ``keep_fp32`` without ``torch_autocast=True``, or a kept class also named in
+            ``autocast_lower_precision_safe_modules``.
+    """
+    keep = KeepFP32(entries)
+    if not keep:
+        return keep
+    if not torch_autocast:
+        mode = "float32 everywhere already" if precision == "32-true" else "DeepSpeed's native fp16/bf16 mode"
+        raise KeepFP32Error(
+            f"keep_fp32=({', '.join(keep.describe())}) cannot be honoured under 'deepspeed:{precision}' "
+            f"({mode}): deepspeed.initialize casts the whole module to one dtype and flattens all parameters into "
+            "one precision, so no module can keep float32 parameters and compute. Use "
+            "DeepSpeedPrecision('bf16-mixed', torch_autocast=True, keep_fp32=...) (or '16-mixed'), e.g. "
+            "precision_base.resolve('deepspeed:bf16-mixed', torch_autocast=True, keep_fp32=...)."
+        )
+    named = set(safe_modules) if safe_modules is not None else set()
+    both = [f"{c.__module__}.{c.__qualname__}" for c in keep.classes if _import_names(c) & named]
+    if both:
+        raise KeepFP32Error(
+            f"{', '.join(both)} is both in keep_fp32 (float32) and in autocast_lower_precision_safe_modules (gradients "
+            "reduced in the autocast dtype); remove it from one of them."
+        )
+    return keep
+
+
+def _import_names(cls: type[torch.nn.Module]) -> set[str]:
+    """The names a class can be given as in DeepSpeed's list: ``torch.nn.Linear`` and its defining module's path."""
+    names = {f"{cls.__module__}.{cls.__qualname__}"}
+    if cls.__module__.startswith("torch.nn.modules.") and getattr(torch.nn, cls.__qualname__, None) is cls:
+        names.add(f"torch.nn.{cls.__qualname__}")
+    return names
+
+
+def install_kept(keep: KeepFP32, root: torch.nn.Module, device_type: Callable[[], str]) -> list[str]:
+    """Install the float32 forward on every outermost kept module under ``root``; the kept modules' names."""
+    found = keep.kept(root)
+    for _name, module, entry in found:
+        install_fp32_forward(module, entry, device_type, None)
+    return [name for name, _module, _entry in found]
+
+
+def reduced_in_half(keep: KeepFP32, safe_modules: Optional[Sequence[str]]) -> list[str]:
+    """Kept classes whose gradients DeepSpeed still reduces in the autocast dtype (they are on its safe list)."""
+    named = set(safe_modules) if safe_modules is not None else set(DEFAULT_SAFE_MODULES)
+    return [f"{c.__module__}.{c.__qualname__}" for c in keep.classes if _import_names(c) & named]

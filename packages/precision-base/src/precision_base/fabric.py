@@ -22,11 +22,20 @@ from typing import Any, Optional
 
 from precision_base.contract import PrecisionPlugin
 from precision_base.doors import door_of, wrong_door_error
-from precision_base.errors import PrecisionPluginError, TrainerConfigurationError, UnsupportedPrecisionError
-from precision_base.front_door import _as_list, _duplicate_precision_error, _plugin_name_error, _precision_flag
+from precision_base.errors import (
+    PrecisionPluginError,
+    TrainerConfigurationError,
+    UnsupportedPrecisionError,
+    describe,
+    type_name,
+)
+from precision_base.front_door import combine_door_kwargs, resolve_name_in_plugins
 from precision_base.namespaces import FABRIC_NAMESPACES, for_namespace, lightning_root, namespace_of
 from precision_base.registry import get_entry, get_plugin_class
-from precision_base.spec import PRECISIONS, parse_spec
+from precision_base.spec import parse_spec
+
+# the plugin types Lightning Fabric's connector names when it refuses an entry of plugins=
+_FABRIC_PLUGIN_TYPES = "Precision, CheckpointIO, ClusterEnvironment"
 
 
 def bind_device_from_inputs(plugin: PrecisionPlugin, data: Any) -> None:
@@ -91,7 +100,7 @@ def resolve_fabric(spec: object, *, namespace: str = "lightning.fabric", **optio
         PrecisionPluginError: everything :func:`precision_base.resolve` raises.
     """
     if namespace not in FABRIC_NAMESPACES:
-        raise ValueError(f"namespace must be one of {FABRIC_NAMESPACES}, got {namespace!r}")
+        raise ValueError(f"namespace must be one of {FABRIC_NAMESPACES}, got {describe(namespace)}")
     parsed = parse_spec(spec)
     entry = get_entry(parsed.backend)
     assert entry.info is not None
@@ -109,13 +118,14 @@ def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any
     if isinstance(plugin, precision_class):
         if isinstance(plugin, PrecisionPlugin) and namespace_of(plugin) != namespace:
             raise TrainerConfigurationError(
-                f"precision_plugin={plugin!r} was built for {namespace_of(plugin)}, but this Fabric is {namespace}'s. "
+                f"precision_plugin={type_name(plugin)}(...) was built for {namespace_of(plugin)}, but this Fabric is "
+                f"{namespace}'s. "
                 f"Pass the plugin's name instead (precision_plugin={plugin.spec!r})."
             )
         return plugin
     raise TypeError(
         f'precision_plugin must be a name like "fsdp:bf16-mixed" or a {namespace} Precision instance, '
-        f"got {type(plugin).__name__} {plugin!r}"
+        f"got {type_name(plugin)} {describe(plugin)}"
     )
 
 
@@ -148,70 +158,24 @@ def prepare_fabric_kwargs(
         TypeError: ``precision_plugin`` is neither a name nor a Fabric ``Precision``.
     """
     if namespace not in FABRIC_NAMESPACES:
-        raise ValueError(f"namespace must be one of {FABRIC_NAMESPACES}, got {namespace!r}")
+        raise ValueError(f"namespace must be one of {FABRIC_NAMESPACES}, got {describe(namespace)}")
     lightning: Any = lightning_root(namespace)
     precision_class: type = lightning.plugins.precision.Precision
-    given = _as_list(kwargs.get("plugins"))
-    named = [p for p in given if isinstance(p, str)]
-    plugins = [_resolve_name_in_plugins(p, namespace) if isinstance(p, str) else p for p in given]
-    for plugin in plugins:
-        if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == "Trainer":
-            raise wrong_door_error(plugin, "Fabric", where="plugins=")
-    chosen: Optional[Any] = None
-    if precision_plugin is not None:
-        chosen = (
-            resolve_fabric(precision_plugin, namespace=namespace)
-            if isinstance(precision_plugin, str)
-            else _checked_instance(precision_plugin, namespace, precision_class)
-        )
-    in_plugins = [p for p in plugins if isinstance(p, precision_class)]
-    if chosen is not None and in_plugins:
-        raise _duplicate_precision_error(
-            f"(precision_plugin={precision_plugin!r} and the precision plugin {type(in_plugins[0]).__name__} in "
-            "plugins= are two.)"
-        )
-    if len(in_plugins) > 1:
-        raise _duplicate_precision_error("(plugins= holds " + ", ".join(type(p).__name__ for p in in_plugins) + ".)")
-    if chosen is None and named:
-        chosen = in_plugins[0]
-    out = dict(kwargs)
-    if chosen is None:
-        if named:
-            out["plugins"] = plugins
-        return out
-    if kwargs.get("precision") is not None:
-        flag = _precision_flag(kwargs["precision"])
-        backend = getattr(chosen, "backend", "fsdp")
-        example = f'precision_plugin="{backend}:{flag if flag in PRECISIONS else "bf16-mixed"}"'
-        raise TrainerConfigurationError(
-            f"Received both `precision={flag}` and `plugins={chosen}`. Choose one. "
-            f"(The precision plugin {getattr(chosen, 'spec', type(chosen).__name__)!r} already sets the precision: "
-            f"remove precision=, and put the precision in the plugin name instead, e.g. {example}.)"
-        )
-    out.pop("precision", None)
-    if isinstance(chosen, PrecisionPlugin):
-        out["strategy"] = chosen.configure_strategy(
-            kwargs.get("strategy", "auto"),
-            accelerator=kwargs.get("accelerator", "auto"),
-            devices=kwargs.get("devices", "auto"),
-        )
-    out["plugins"] = [*(p for p in plugins if p is not chosen), chosen]
-    return out
-
-
-def _resolve_name_in_plugins(name: str, namespace: str) -> Any:
-    try:
-        return resolve_fabric(name, namespace=namespace)
-    except (ValueError, TypeError) as exc:
-        if not isinstance(exc, PrecisionPluginError) or isinstance(exc, (TrainerConfigurationError,)):
-            raise
-        if isinstance(exc, FabricNotSupportedError):
-            raise
-        raise _plugin_name_error(
+    return combine_door_kwargs(
+        precision_plugin,
+        kwargs,
+        door="Fabric",
+        precision_class=precision_class,
+        resolver=lambda name: resolve_fabric(name, namespace=namespace),
+        check_instance=lambda plugin: _checked_instance(plugin, namespace, precision_class),
+        name_in_plugins=lambda name: resolve_name_in_plugins(
+            name,
             namespace,
-            f"Found invalid type for plugin {name}. A string in plugins= is read as a precision plugin name, and "
-            f"{name!r} is not one: {exc}",
-        ) from exc
+            lambda n: resolve_fabric(n, namespace=namespace),
+            expected=_FABRIC_PLUGIN_TYPES,
+            keep=(FabricNotSupportedError,),
+        ),
+    )
 
 
 def _fabric_namespace(cls: type) -> str:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import inspect
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Optional
 
 from precision_base._compat import parse_env_variables
 from precision_base.contract import PrecisionPlugin
-from precision_base.doors import door_of, wrong_door_error
+from precision_base.doors import Door, door_of, wrong_door_error
 from precision_base.errors import PrecisionPluginError, TrainerConfigurationError, describe, type_name
 from precision_base.namespaces import NAMESPACES, lightning_root, namespace_of
 from precision_base.registry import resolve
@@ -60,17 +60,29 @@ def _plugin_name_error(namespace: str, message: str) -> TrainerConfigurationErro
     return cls(message)
 
 
-def _resolve_name_in_plugins(name: str, namespace: str) -> Any:
+_TRAINER_PLUGIN_TYPES = "Precision, CheckpointIO, ClusterEnvironment, or LayerSync"
+
+
+def resolve_name_in_plugins(
+    name: str,
+    namespace: str,
+    resolver: Callable[[str], Any],
+    *,
+    expected: str = _TRAINER_PLUGIN_TYPES,
+    keep: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """Resolve a string found in ``plugins=`` with ``resolver``; a string that is no plugin name gets Lightning's
+    "invalid type for plugin" text (``expected`` lists the plugin types of the door) followed by ours. Errors of the
+    types in ``keep`` (and every error that is not about the name) propagate unchanged."""
     try:
-        return resolve(name, namespace=namespace)
+        return resolver(name)
     except (ValueError, TypeError) as exc:
-        if not isinstance(exc, PrecisionPluginError) or isinstance(exc, TrainerConfigurationError):
+        if not isinstance(exc, PrecisionPluginError) or isinstance(exc, (TrainerConfigurationError, *keep)):
             raise
         raise _plugin_name_error(
             namespace,
-            f"Found invalid type for plugin {describe(name)[1:-1]}. Expected one of: Precision, CheckpointIO, "
-            "ClusterEnvironment, or LayerSync. A string in plugins= is read as a precision plugin name, and "
-            f"{describe(name)} is not one: {exc}",
+            f"Found invalid type for plugin {describe(name)[1:-1]}. Expected one of: {expected}. A string in "
+            f"plugins= is read as a precision plugin name, and {describe(name)} is not one: {exc}",
         ) from exc
 
 
@@ -147,19 +159,52 @@ def prepare_trainer_kwargs(
         raise ValueError(f"namespace must be one of {NAMESPACES}, got {describe(namespace)}")
     lightning: Any = lightning_root(namespace)
     precision_class: type = lightning.plugins.precision.Precision
+    return combine_door_kwargs(
+        precision_plugin,
+        kwargs,
+        door="Trainer",
+        precision_class=precision_class,
+        resolver=lambda name: resolve(name, namespace=namespace),
+        check_instance=lambda plugin: _checked_instance(plugin, namespace, precision_class),
+        name_in_plugins=lambda name: resolve_name_in_plugins(
+            name, namespace, lambda n: resolve(n, namespace=namespace)
+        ),
+    )
+
+
+def combine_door_kwargs(
+    precision_plugin: Optional[Any],
+    kwargs: dict[str, Any],
+    *,
+    door: Door,
+    precision_class: type,
+    resolver: Callable[[str], Any],
+    check_instance: Callable[[Any], Any],
+    name_in_plugins: Callable[[str], Any],
+) -> dict[str, Any]:
+    """The steps the Trainer and the Fabric doors share: resolve names in ``plugins=``, refuse the other door's plugin
+    classes and a second precision plugin, refuse ``precision=`` next to a plugin, let the plugin choose the
+    strategy, and put the plugin last in ``plugins=``.
+
+    Args:
+        precision_plugin: what the user passed as ``precision_plugin=`` (``None``, a name or an instance).
+        kwargs: the door's other keyword arguments; not modified.
+        door: ``"Trainer"`` or ``"Fabric"``: the door in use (the other door's plugin classes are refused).
+        precision_class: the Lightning ``Precision`` base class of the door's namespace.
+        resolver: turns a plugin name into an instance for this door and namespace.
+        check_instance: checks an instance given as ``precision_plugin=`` and returns it.
+        name_in_plugins: turns a string found in ``plugins=`` into an instance (with the door's error wording).
+    """
+    other_door: Door = "Fabric" if door == "Trainer" else "Trainer"
     given = _as_list(kwargs.get("plugins"))
     named = [p for p in given if isinstance(p, str)]
-    plugins = [_resolve_name_in_plugins(p, namespace) if isinstance(p, str) else p for p in given]
+    plugins = [name_in_plugins(p) if isinstance(p, str) else p for p in given]
     for plugin in plugins:
-        if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == "Fabric":
-            raise wrong_door_error(plugin, "Trainer", where="plugins=")
+        if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == other_door:
+            raise wrong_door_error(plugin, door, where="plugins=")
     chosen: Optional[Any] = None
     if precision_plugin is not None:
-        chosen = (
-            resolve(precision_plugin, namespace=namespace)
-            if isinstance(precision_plugin, str)
-            else _checked_instance(precision_plugin, namespace, precision_class)
-        )
+        chosen = resolver(precision_plugin) if isinstance(precision_plugin, str) else check_instance(precision_plugin)
     in_plugins = [p for p in plugins if isinstance(p, precision_class)]
     if chosen is not None and in_plugins:
         raise _duplicate_precision_error(

@@ -54,10 +54,11 @@ WATCHED = [
 ]
 
 
-def local_paths(pkg: Package | None = None) -> list[str]:
-    """The local folders to install: precision-base and ``pkg`` (every package when ``pkg`` is None)."""
+def local_paths(pkg: Package | None = None, cell: matrix.Cell | None = None) -> list[str]:
+    """The local folders to install: precision-base and ``pkg`` (every package when ``pkg`` is None), with the
+    extras ``cell`` installs (``[extras]`` in tools/matrix.toml)."""
     chosen = list(PACKAGES.values()) if pkg is None else [BASE, pkg]
-    return [str(p.path) for p in dict.fromkeys(chosen)]
+    return [str(p.path) + (matrix.extras(p, cell, MATRIX) if cell else "") for p in dict.fromkeys(chosen)]
 
 
 def install_cell(session: nox.Session, cell: matrix.Cell, pkg: Package | None, *more: str) -> dict[str, str]:
@@ -66,7 +67,7 @@ def install_cell(session: nox.Session, cell: matrix.Cell, pkg: Package | None, *
     constraints.write_text("\n".join(matrix.requirements(cell, MATRIX)) + "\n")
     session.log(f"constraints: {' '.join(matrix.requirements(cell, MATRIX))}")
     env = {**DS_ENV, **matrix.environment(cell, MATRIX)}
-    session.install("-c", str(constraints), *local_paths(pkg), "lightning", *more, env=env)
+    session.install("-c", str(constraints), *local_paths(pkg, cell), "lightning", *more, env=env)
     return env
 
 

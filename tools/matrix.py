@@ -108,6 +108,14 @@ def ci_cell(pkg: Package, matrix: dict[str, Any]) -> Cell:
     return Cell(pkg.dist, str(ci["python"]), {n: str(ci[n]) for n in crossed(pkg, matrix)})
 
 
+def extras(pkg: Package, cell: Cell, matrix: dict[str, Any]) -> str:
+    """``"[fp8]"``-style extras of ``pkg`` to install in ``cell`` (``[extras]`` in matrix.toml), or ``""``."""
+    entry = matrix.get("extras", {}).get(pkg.dist)
+    if not entry or cell.axes.get("torch", matrix["ci"]["torch"]) not in entry.get("torch", []):
+        return ""
+    return f"[{entry['extras']}]"
+
+
 def test_paths(pkg: Package, matrix: dict[str, Any]) -> list[str]:
     extra = matrix.get("tests", {})
     return [str(pkg.tests.relative_to(ROOT)), *extra.get(pkg.dist, []), *extra.get("all", [])]

@@ -86,6 +86,16 @@ def test_the_real_axes_give_every_package_its_ci_cell() -> None:
         assert matrix.ci_cell(pkg, real) in matrix.cells(pkg, real), pkg.dist
 
 
+def test_extras_are_installed_only_on_the_torch_versions_they_were_verified_on() -> None:
+    real = matrix.load()
+    fsdp, base = find("precision-fsdp"), find("precision-base")
+    ci = matrix.ci_cell(fsdp, real)
+    assert matrix.extras(fsdp, ci, real) == "[fp8]"  # the CI cell runs the fp8 tests instead of skipping them
+    assert matrix.extras(base, matrix.ci_cell(base, real), real) == ""
+    old = matrix.Cell("precision-fsdp", "3.10", {"torch": "2.4", "lightning": "2.4"})
+    assert matrix.extras(fsdp, old, real) == ""
+
+
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="1" skipped="0" tests="3">
 <testcase classname="tests.test_a" name="test_bad"><failure message="AssertionError: bf16 expected">t</failure>

@@ -52,8 +52,9 @@ def fit(args: dict[str, Any]) -> dict[str, Any] | None:
         world_size()
         seed_everything(5)
         model = Head()
+        plugin = precision_base.resolve(spec, keep_fp32=("lm_head", nn.LayerNorm))
         trainer = precision_base.Trainer(
-            precision_plugin=precision_base.resolve(spec, keep_fp32=("lm_head", nn.LayerNorm)),
+            precision_plugin=plugin,
             accelerator="cpu",
             devices=2,
             max_steps=4,
@@ -67,6 +68,6 @@ def fit(args: dict[str, Any]) -> dict[str, Any] | None:
             "seen": {k: sorted(map(list, v)) for k, v in model.seen.items()},
             "sharded": sharded,
             "losses": model.losses,
-            "show": dict(trainer.precision_plugin.describe()).get("keep_fp32 (FSDP2 only)"),
+            "show": dict(plugin.describe()).get("keep_fp32 (FSDP2 only)"),
         }
     return out if trainer.global_rank == 0 else None

@@ -70,8 +70,11 @@ def test_cli_with_a_user_trainer_subclass(dummy_registered: type) -> None:
     assert cli.trainer.global_step == 3
 
 
+_IN_FSDP_CELLS = "needs precision-fsdp installed: runs in its cells (tools/matrix.toml [tests])"
+
+
 def test_cli_with_a_user_trainer_subclass_and_the_fsdp_plugin() -> None:
-    pytest.importorskip("precision_fsdp")
+    pytest.importorskip("precision_fsdp", reason=_IN_FSDP_CELLS)
     cli = run_cli(["fit", "--trainer.precision_plugin", "fsdp:bf16-mixed", *COMMON], MyTrainer)
     plugin = cli.trainer.precision_plugin
     assert type(plugin).__module__ == "precision_fsdp.plugin"

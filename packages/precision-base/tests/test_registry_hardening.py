@@ -348,7 +348,9 @@ def test_listing_runs_the_info_module_but_not_the_package_init(site: Site) -> No
 
 def test_the_issues_impostor_registration_is_refused() -> None:
     """Issue 13: code in any installed plugin calling register(fsdp, distribution="precision-fsdp", replace=True)."""
-    pytest.importorskip("precision_fsdp")
+    pytest.importorskip(
+        "precision_fsdp", reason="needs precision-fsdp installed: runs in its cells (tools/matrix.toml [tests])"
+    )
     reg = Registry()  # the real entry-point group, where precision-fsdp is installed
     impostor = PluginInfo(backend="fsdp", precisions=("bf16-mixed",), plugin_class="evil.plugin:Evil")
     with pytest.raises(RegistrationError) as raised:

@@ -41,7 +41,8 @@ def test_patterns_match_name_suffixes_and_classes() -> None:
 def test_reachable_by_name_and_shown() -> None:
     plugin = precision_base.resolve("fsdp:bf16-mixed", keep_fp32=("lm_head", nn.LayerNorm))
     assert repr(plugin).endswith("keep_fp32=('lm_head', torch.nn.modules.normalization.LayerNorm))")
-    assert plugin.describe()["keep_fp32 (FSDP2 only)"]["compute"] == "float32 (autocast off inside)"
+    compute = plugin.describe()["keep_fp32 (FSDP2 only)"]["compute"]
+    assert compute == "float32 (autocast off inside, floating inputs cast to float32)"
     assert "keep_fp32" in plugin.dtypes().notes[-1]
     assert "keep_fp32 (FSDP2 only)" not in precision_base.resolve("fsdp:bf16-mixed").describe()
 

@@ -62,6 +62,16 @@ class KeepFP32:
         """The entries as text: patterns quoted, classes by qualified name."""
         return [repr(p) for p in self.patterns] + [f"{c.__module__}.{c.__qualname__}" for c in self.classes]
 
+    def facts(self, *, reduction: str, outputs: str) -> dict[str, str]:
+        """What ``precision-plugins show`` says about the kept modules: names and the dtype of each role."""
+        return {
+            "modules": ", ".join(self.describe()),
+            "parameters": "float32",
+            "compute": "float32 (autocast off inside, floating inputs cast to float32)",
+            "reduction": reduction,
+            "outputs": outputs,
+        }
+
     def match(self, name: str, module: torch.nn.Module) -> Optional[str]:
         """The entry that makes ``module`` (qualified name ``name``) kept, as text, or ``None``. A module marked by
         :meth:`mark` is kept whatever name it is seen under later."""

@@ -201,13 +201,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         """For ``precision-plugins show``: the DeepSpeed config section this plugin writes, and ``keep_fp32``."""
         facts: dict[str, Any] = {"DeepSpeed config section": self.precision_section()}
         if self.keep_fp32:
-            facts["keep_fp32"] = {
-                "modules": ", ".join(self.keep_fp32.describe()),
-                "parameters": "float32",
-                "compute": "float32 (autocast off inside, floating inputs cast to float32)",
-                "outputs": "float32",
-                "reduction": self._kept_reduction(),
-            }
+            facts["keep_fp32"] = self.keep_fp32.facts(reduction=self._kept_reduction(), outputs="float32")
         return facts
 
     def _kept_reduction(self) -> str:

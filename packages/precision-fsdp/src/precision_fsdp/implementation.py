@@ -245,13 +245,9 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         if self._fp8:
             facts["float8 (torchao, FSDP2 only)"] = float8.describe(self.precision)
         if self._keep:
-            facts["keep_fp32 (FSDP2 only)"] = {
-                "modules": ", ".join(self._keep.describe()),
-                "parameters": "float32",
-                "compute": "float32 (autocast off inside)",
-                "reduction": "float32",
-                "outputs": "float32" if self._plan.mixed else dtype_name(self._plan.compute),
-            }
+            facts["keep_fp32 (FSDP2 only)"] = self._keep.facts(
+                reduction="float32", outputs="float32" if self._plan.mixed else dtype_name(self._plan.compute)
+            )
         if self.scaler is not None:
             facts["scaler"] = {
                 "kind": type(self.scaler).__name__,

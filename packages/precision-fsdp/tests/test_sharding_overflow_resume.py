@@ -13,7 +13,7 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_p
 from precision_fsdp import FSDP2Strategy
 from precision_fsdp.overflow import OverflowStormError, OverflowWatch
 from precision_fsdp.resume import PrecisionChangeError, changes, message, saved_precision
-from precision_fsdp.sharding import units_to_shard
+from precision_fsdp.sharding import units_for_lightning, units_to_shard
 
 
 class Block(torch.nn.Module):
@@ -55,6 +55,60 @@ def test_torch_fsdp1_policies_have_the_same_meaning() -> None:
     assert units_to_shard(net, ModuleWrapPolicy({Block})) == units_to_shard(net, {Block})
     sized = functools.partial(size_based_auto_wrap_policy, min_num_params=80)
     assert units_to_shard(net, sized) == units_to_shard(net, 80)
+
+
+def test_children_left_in_the_root_unit_become_units_for_lightning() -> None:
+    net = Net()
+    # {Block} leaves embed and head to the root unit, whose forward Lightning never calls (it calls training_step)
+    assert units_for_lightning(net, {Block}) == [net.blocks[0], net.blocks[1], net.embed, net.head]
+    assert units_for_lightning(net) == units_to_shard(net), "the default policy already makes every child a unit"
+    assert units_for_lightning(net, 100) == [net.blocks, net.embed, net.head]
+
+
+def test_a_class_policy_trains_a_module_whose_head_is_outside_the_units(tmp_path: Any) -> None:
+    """Real 1-process FSDP2 fit: Lightning calls training_step, never the root's forward, so the head outside the
+    chosen Sequential must still be gathered (it failed with "got mixed torch.Tensor and DTensor")."""
+    from precision_fsdp._compat import fsdp2_cpu_problem
+
+    problem = fsdp2_cpu_problem()
+    if problem:
+        pytest.skip(f"FSDP2 on CPU needs a newer torch: {problem}")
+    from lightning.pytorch import LightningModule
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from precision_base import Trainer
+
+    class Model(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+            self.head = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.head(self.body(x)).float(), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self) -> DataLoader[Any]:
+            x = torch.randn(16, 8)
+            return DataLoader(TensorDataset(x, x[:, :1]), batch_size=8)
+
+    trainer = Trainer(
+        precision_plugin="fsdp:bf16-mixed",
+        strategy=FSDP2Strategy(auto_wrap_policy={torch.nn.Sequential}),
+        accelerator="cpu",
+        devices=1,
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Model())
+    assert trainer.global_step == 2
 
 
 @pytest.mark.parametrize(

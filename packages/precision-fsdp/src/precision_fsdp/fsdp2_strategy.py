@@ -18,7 +18,7 @@ from precision_fsdp._compat import (
     mesh_sizes,
     set_data_parallel_size,
 )
-from precision_fsdp.sharding import WrapPolicy, fsdp_version_of, units_to_shard
+from precision_fsdp.sharding import WrapPolicy, fsdp_version_of, units_for_lightning, units_to_shard
 
 if TYPE_CHECKING:
     import torch
@@ -92,7 +92,8 @@ class FSDP2StrategyImpl(_LightningBase):
             super().setup(trainer)  # type: ignore[misc]
 
     def shard(self, model: torch.nn.Module) -> None:
-        """Apply FSDP2 to ``model``: each unit :attr:`auto_wrap_policy` selects (innermost first), then ``model``.
+        """Apply FSDP2 to ``model``: each unit :attr:`auto_wrap_policy` selects (innermost first), each direct child
+        holding parameters outside those units (:func:`~precision_fsdp.sharding.units_for_lightning`), then ``model``.
 
         The dtypes come from the precision plugin when it has a ``fully_shard`` method (``precision_fsdp``'s
         ``FSDPPrecision``); with any other precision plugin, FSDP2 keeps the parameters' own dtypes.
@@ -113,7 +114,7 @@ class FSDP2StrategyImpl(_LightningBase):
         prepare = getattr(plugin, "prepare_for_sharding", None)
         if prepare is not None:
             prepare(model)  # keep_fp32 names and fp8's first/last Linear are relative to the whole model
-        for unit in units_to_shard(model, self.auto_wrap_policy):
+        for unit in units_for_lightning(model, self.auto_wrap_policy):
             shard_one(unit, mesh=mesh["data_parallel"])
         shard_one(model, mesh=mesh["data_parallel"])
 

@@ -99,3 +99,22 @@ def units_to_shard(root: torch.nn.Module, policy: WrapPolicy = None) -> list[tor
 
     visit(root)
     return chosen
+
+
+def units_for_lightning(root: torch.nn.Module, policy: WrapPolicy = None) -> list[torch.nn.Module]:
+    """:func:`units_to_shard`, plus each direct child of ``root`` that holds parameters no chosen unit holds.
+
+    FSDP2 gathers a unit's parameters in the pre-forward hook of the unit's module. Lightning calls
+    ``training_step``, not the LightningModule's ``forward``, so parameters left to the root unit would stay sharded
+    (a sibling ``head`` next to a policy-chosen ``body`` fails with "got mixed torch.Tensor and DTensor"). Making such
+    children units of their own gathers them when they run.
+
+    Raises:
+        TypeError, ValueError: ``policy`` is none of the accepted kinds (the message lists them).
+    """
+    units = units_to_shard(root, policy)
+    covered = {id(p) for unit in units for p in unit.parameters()}
+    for child in root.children():
+        if child not in units and any(id(p) not in covered for p in child.parameters()):
+            units.append(child)  # after any unit inside it: fully_shard goes innermost first
+    return units

@@ -13,8 +13,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-def _run(name: str, cwd: Path) -> str:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+def _run(name: str, cwd: Path, **extra_env: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(HERE), **extra_env}
     done = subprocess.run(
         [sys.executable, str(HERE / name)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
@@ -31,6 +31,12 @@ def test_precision_monitor_example(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_keep_fp32_example(tmp_path: Path) -> None:
     out = _run("keep_fp32.py", tmp_path)
+    assert out.splitlines()[-3:] == ["body.0 torch.bfloat16", "body.1 torch.float32", "lm_head torch.float32"]
+
+
+@pytest.mark.slow
+def test_keep_fp32_deepspeed_example(tmp_path: Path) -> None:
+    out = _run("keep_fp32_deepspeed.py", tmp_path, DS_BUILD_OPS="0", DS_SKIP_CUDA_CHECK="1")
     assert out.splitlines()[-3:] == ["body.0 torch.bfloat16", "body.1 torch.float32", "lm_head torch.float32"]
 
 

@@ -73,3 +73,29 @@ def test_saved_precision_of_lightnings_builtin_comes_from_ds_config(tmp_path: Pa
     assert saved.describe() == "16-mixed or 16-true (DeepSpeed fp16 mode)"
     assert saved_precision(tmp_path / "missing") is None
     assert saved_precision(tmp_path) is None  # a directory that is no DeepSpeed checkpoint
+
+
+@pytest.mark.parametrize("namespace", ["lightning.pytorch", "pytorch_lightning"])
+def test_lightnings_own_strategy_refuses_another_mode_before_deepspeeds_loader(tmp_path: Path, namespace: str) -> None:
+    """With Lightning's DeepSpeedStrategy, DeepSpeed's loader would fail first (FileNotFoundError about
+    bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt); the plugin's guard on that strategy instance refuses earlier."""
+    import importlib
+
+    from precision_base.namespaces import for_namespace
+    from precision_deepspeed.strategy import guard_resume
+
+    strategies = importlib.import_module(f"{namespace}.strategies")
+    saved = {"DeepSpeedPrecision": DeepSpeedPrecision("bf16-mixed").state_dict()}
+    ckpt = _fake_deepspeed_checkpoint(tmp_path / "ckpt", saved)
+    strategy = strategies.DeepSpeedStrategy()
+    plugin = for_namespace(DeepSpeedPrecision, namespace)("32-true")
+    plugin._fitting = True
+    guard_resume(strategy, plugin)
+    guard_resume(strategy, plugin)  # once only: a second connect does not wrap twice
+    with pytest.raises(CheckpointPrecisionError, match=r"it was saved under bf16-mixed \(DeepSpeed bf16 mode\)"):
+        strategy.load_checkpoint(ckpt)
+    plugin._fitting = False  # validate/test/predict from the checkpoint: no check, Lightning's loader runs
+    with pytest.raises(Exception) as other:
+        strategy.load_checkpoint(ckpt)
+    assert not isinstance(other.value, CheckpointPrecisionError)
+    assert type(strategies.DeepSpeedStrategy.load_checkpoint) is type(lambda: None), "the class itself is untouched"

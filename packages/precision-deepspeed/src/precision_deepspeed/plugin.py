@@ -52,7 +52,7 @@ from precision_deepspeed.config import (
 from precision_deepspeed.keep_fp32 import install_kept, parse_keep_fp32, reduced_in_half
 from precision_deepspeed.resume import CheckpointPrecisionError, SavedPrecision, engine_mode, mismatch_error
 from precision_deepspeed.selection import resolve_strategy
-from precision_deepspeed.strategy import write_plugin_config
+from precision_deepspeed.strategy import guard_resume, write_plugin_config
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -329,8 +329,10 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         strategy = getattr(trainer, "strategy", None)
         if strategy is not None:
             self._configured_clip = write_plugin_config(strategy)
-        # evaluating a checkpoint in another precision is fine; only resuming training is checked (load_state_dict)
+        # evaluating a checkpoint in another precision is fine; only resuming training is checked
         self._fitting = getattr(getattr(trainer, "state", None), "fn", "fit") == "fit"
+        if strategy is not None:
+            guard_resume(strategy, self)  # Lightning's own DeepSpeedStrategy: check before DeepSpeed's loader runs
         return result
 
     @override

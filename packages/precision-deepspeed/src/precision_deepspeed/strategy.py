@@ -118,6 +118,32 @@ def _on_cpu(accelerator: Any) -> bool:
     return uses_cpu(accelerator)
 
 
+def guard_resume(strategy: Any, plugin: Any) -> None:
+    """Make a strategy without its own resume check (Lightning's ``DeepSpeedStrategy``) refuse, before DeepSpeed's
+    loader runs, a checkpoint saved under another DeepSpeed precision mode while training resumes.
+
+    Wraps ``strategy.load_checkpoint`` on that instance only (once), so Lightning's class is untouched; a
+    :class:`DeepSpeedCPUStrategy` checks in its own ``load_checkpoint`` and is left alone. Without this, resuming a
+    bf16 checkpoint under fp32/fp16 (or the reverse) fails in DeepSpeed with a raw ``FileNotFoundError`` about
+    ``bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt``.
+
+    Args:
+        strategy: the Trainer's strategy.
+        plugin: the precision plugin; its ``_fitting`` flag (set in ``connect``) says whether training resumes.
+    """
+    if isinstance(strategy, DeepSpeedCPUStrategy) or getattr(strategy, "_precision_resume_guard", False):
+        return
+    load = strategy.load_checkpoint
+
+    def load_checkpoint(checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(plugin, "_fitting", False):
+            check_resume(plugin, checkpoint_path)
+        return load(checkpoint_path, *args, **kwargs)
+
+    strategy.load_checkpoint = load_checkpoint
+    strategy._precision_resume_guard = True
+
+
 class DeepSpeedCPUStrategy(DeepSpeedStrategy):
     """Lightning's ``DeepSpeedStrategy``, usable with ``accelerator="cpu"`` (gloo, DeepSpeed's CPU accelerator).
 
@@ -209,4 +235,4 @@ def user_config_conflicts(strategy: Any, section: Mapping[str, Any]) -> list[str
     return precision_conflicts(config, section)
 
 
-__all__ = ["DeepSpeedCPUStrategy", "SectionOwner", "section_written", "write_plugin_config"]
+__all__ = ["DeepSpeedCPUStrategy", "SectionOwner", "guard_resume", "section_written", "write_plugin_config"]

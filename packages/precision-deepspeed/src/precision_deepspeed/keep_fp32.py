@@ -51,14 +51,21 @@ def parse_keep_fp32(
     keep = KeepFP32(entries)
     if not keep:
         return keep
-    if not torch_autocast:
-        mode = "float32 everywhere already" if precision == "32-true" else "DeepSpeed's native fp16/bf16 mode"
+    alternative = (
+        "DeepSpeedPrecision('bf16-mixed', torch_autocast=True, keep_fp32=...) (or '16-mixed'), e.g. "
+        "precision_base.resolve('deepspeed:bf16-mixed', torch_autocast=True, keep_fp32=...)"
+    )
+    entries_text = f"keep_fp32=({', '.join(keep.describe())})"
+    if precision == "32-true":
         raise KeepFP32Error(
-            f"keep_fp32=({', '.join(keep.describe())}) cannot be honoured under 'deepspeed:{precision}' "
-            f"({mode}): deepspeed.initialize casts the whole module to one dtype and flattens all parameters into "
-            "one precision, so no module can keep float32 parameters and compute. Use "
-            "DeepSpeedPrecision('bf16-mixed', torch_autocast=True, keep_fp32=...) (or '16-mixed'), e.g. "
-            "precision_base.resolve('deepspeed:bf16-mixed', torch_autocast=True, keep_fp32=...)."
+            f"{entries_text} would change nothing under 'deepspeed:32-true': every module already stores and computes "
+            f"in float32. Drop keep_fp32, or train the rest in a lower precision with {alternative}."
+        )
+    if not torch_autocast:
+        raise KeepFP32Error(
+            f"{entries_text} cannot be honoured under 'deepspeed:{precision}' (DeepSpeed's native fp16/bf16 mode): "
+            "deepspeed.initialize casts the whole module to one dtype and flattens all parameters into one "
+            f"precision, so no module can keep float32 parameters and compute. Use {alternative}."
         )
     named = set(safe_modules) if safe_modules is not None else set()
     both = [f"{c.__module__}.{c.__qualname__}" for c in keep.classes if _import_names(c) & named]

@@ -198,7 +198,17 @@ def _main(argv: list[str]) -> int:
         tmp = Path(out_path + ".tmp")
         tmp.write_text(json.dumps(result))
         tmp.replace(out_path)
+    _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """Tear down a process group the target left open, every rank together: exiting with gloo's threads still
+    running can abort a rank at interpreter shutdown ("terminate called without an active exception", exit -6)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

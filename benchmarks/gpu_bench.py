@@ -1,7 +1,5 @@
 """GPU benchmark: step overhead and throughput on CUDA, ours vs Lightning's built-in vs a hand-written loop.
-
-    python benchmarks/gpu_bench.py                      # every visible GPU, about 5-8 minutes, into build/benchmarks
-    python benchmarks/gpu_bench.py --devices 1 --budget-s 300 --out docs/benchmarks
+Usage: benchmarks/README.md (all visible GPUs by default, about 5-8 minutes, results into build/benchmarks).
 
 Setups: FSDP1, FSDP2 (``fully_shard`` under ``ModelParallelStrategy``), DeepSpeed ZeRO-2; ``bf16-mixed`` and
 ``16-mixed``; ``precision_base.testing.models.TinyGPT`` on synthetic tokens. Variants, interleaved in rounds:
@@ -9,11 +7,17 @@ Setups: FSDP1, FSDP2 (``fully_shard`` under ``ModelParallelStrategy``), DeepSpee
 built-in ``FSDPPrecision`` with a policy from its ``mixed_precision_config``) and ``hand`` (plain torch / DeepSpeed,
 ``torch.autocast("cuda")``, a scaler for fp16). Reported: step time, tokens/s, MFU (tokens/s x FLOPs per token /
 peak dense half-precision FLOP/s of all GPUs), ratios with 95% bootstrap intervals. A time budget stops new fits.
+
+``--fp8``: on one GPU with FP8 (compute capability >= 8.9), ``fsdp:fp8-tensorwise`` and ``fsdp:fp8-rowwise``
+against ``fsdp:bf16-mixed`` on a ~1B-parameter TinyGPT through ``precision_base.Trainer`` (its FSDP2 strategy):
+tokens/s (median step) and peak CUDA memory allocated, and their fp8/bf16-mixed ratios. Without such a GPU or
+without torchao it prints why and exits 0: emulation elsewhere says nothing about speed.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import os
 import random
@@ -32,6 +36,8 @@ PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "H800": 989.0, "GH200": 989.0, "A10
 """Dense bf16/fp16 tensor-core peak TFLOP/s per GPU."""
 RATIOS = ("ours/builtin", "ours/hand")
 MODEL = {"vocab": 8192, "d_model": 512, "layers": 6, "heads": 8, "seq": 512, "batch": 8}
+FP8_SPECS = ("fsdp:bf16-mixed", "fsdp:fp8-tensorwise", "fsdp:fp8-rowwise")
+FP8_MODEL = {"vocab": 32000, "d_model": 2048, "layers": 18, "heads": 16, "seq": 1024, "batch": 8}  # ~1B parameters
 
 
 def peak_tflops(name: str, override: float | None = None) -> float | None:
@@ -58,26 +64,34 @@ def _loss(logits: Any, tokens: Any) -> Any:
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
 
 
+def _start(m: dict[str, int], steps: int, seed: int) -> tuple[Any, Any, list[float], Any]:
+    """TinyGPT from ``m``, ``steps`` batches of synthetic tokens, and a ``tick()`` that records CUDA-synchronised
+    step starts into the returned list."""
+    import torch
+
+    from precision_base.testing.models import TinyGPT
+
+    gen, starts = torch.Generator().manual_seed(seed), list[float]()
+    data = [torch.randint(0, m["vocab"], (m["batch"], m["seq"] + 1), generator=gen) for _ in range(steps)]
+
+    def tick() -> None:
+        torch.cuda.synchronize()
+        starts.append(time.perf_counter())
+
+    return TinyGPT(**{k: m[k] for k in ("vocab", "d_model", "layers", "heads", "seq")}), data, starts, tick
+
+
 def _fit(setup: str, variant: str, precision: str, m: dict[str, int], steps: int) -> list[float]:
     """One fit of ``steps`` steps; the step times (CUDA-synchronised at each step start, slowest rank)."""
     import torch
 
     from bench.runs import slowest_rank
     from precision_base.testing.launch import ensure_process_group, world_size
+    from precision_base.testing.models import GPTBlock
 
     world, rank = world_size(), int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(rank)
-    gen = torch.Generator().manual_seed(1000 + rank)
-    data = [torch.randint(0, m["vocab"], (m["batch"], m["seq"] + 1), generator=gen) for _ in range(steps)]
-    starts: list[float] = []
-
-    def tick() -> None:
-        torch.cuda.synchronize()
-        starts.append(time.perf_counter())
-
-    from precision_base.testing.models import GPTBlock, TinyGPT
-
-    block_cls, gpt = GPTBlock, TinyGPT(**{k: m[k] for k in ("vocab", "d_model", "layers", "heads", "seq")})
+    (gpt, data, starts, tick), block_cls = _start(m, steps, 1000 + rank), GPTBlock
     if variant == "hand":
         ensure_process_group("nccl")
         _hand(setup, precision, gpt, block_cls, data, tick)
@@ -187,6 +201,71 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
     return {"samples": samples, "errors": errors, "skipped": sorted(set(skipped))}
 
 
+def fp8_fit(spec: str, m: dict[str, int], steps: int, warmup: int) -> dict[str, Any]:
+    """One fit on one GPU under ``spec``: parameters, tokens/s (median step after ``warmup``), peak memory (GiB)."""
+    import torch
+
+    import precision_base
+    from bench.runs import bench_module
+    from precision_base.testing.models import QUIET
+
+    gc.collect()  # the previous spec's Trainer and model (reference cycles) must not count in this peak
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    gpt, data, starts, tick = _start(m, steps, 0)
+    module = bench_module(gpt, lambda net, tokens: _loss(net(tokens[:, :-1]), tokens), tick, 1e-4)
+    kw: dict[str, Any] = dict(accelerator="cuda", devices=1, max_steps=steps, **QUIET)
+    trainer = precision_base.Trainer(precision_plugin=spec, **kw)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
+    step_s = report.summarize([b - a for a, b in itertools.pairwise(starts)][warmup:])
+    return {"spec": spec, "parameters": sum(p.numel() for p in gpt.parameters()), "step_s": step_s,
+            "tokens_per_s": m["batch"] * m["seq"] / step_s["median"],
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "converted_linears": len(getattr(trainer.precision_plugin, "fp8_converted", []))}  # fmt: skip
+
+
+def fp8_main(args: argparse.Namespace, start: float) -> int:
+    """``--fp8``: every spec of :data:`FP8_SPECS` in turn, ratios to the first; JSON + markdown + PNG."""
+    try:
+        import torchao.float8  # noqa: F401
+
+        from precision_fsdp.float8 import hardware_problem
+
+        reason = hardware_problem()
+    except ImportError:
+        reason = 'torchao is not installed: pip install "precision-fsdp[fp8]"'
+    if reason is not None:
+        print(f"fp8 GPU benchmark skipped: {reason}")
+        return 0
+    import torch
+
+    m = {**FP8_MODEL, "layers": args.layers or FP8_MODEL["layers"]}
+    results = [fp8_fit(spec, m, args.warmup + args.steps, args.warmup) for spec in FP8_SPECS]
+    for r in results:
+        r["tokens_per_s_vs_bf16_mixed"] = r["tokens_per_s"] / results[0]["tokens_per_s"]
+        r["memory_vs_bf16_mixed"] = r["peak_memory_gib"] / results[0]["peak_memory_gib"]
+    rows = [[r["spec"], f"{r['parameters']:,}", r["converted_linears"], f"{r['tokens_per_s']:,.0f}",
+             f"{r['tokens_per_s_vs_bf16_mixed']:.3f}", f"{r['peak_memory_gib']:.2f}",
+             f"{r['memory_vs_bf16_mixed']:.3f}"] for r in results]  # fmt: skip
+    header = ["spec", "parameters", "fp8 Linears", "tokens/s", "vs bf16-mixed", "peak GiB", "vs bf16-mixed"]
+    name = torch.cuda.get_device_name(0)
+    body = f"{name}; model {m}; {args.steps} steps after {args.warmup} warm-up.\n\n" + report.md_table(header, rows)
+
+    def plot(plt: Any) -> Any:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for j, key in enumerate(("tokens_per_s_vs_bf16_mixed", "memory_vs_bf16_mixed")):
+            ax.bar([i + (j - 0.5) * 0.4 for i in range(len(results))], [r[key] for r in results], 0.4, label=key)
+        ax.set_xticks(range(len(results)), [r["spec"] for r in results], fontsize=8)
+        ax.legend(fontsize=8)
+        return fig
+
+    paths = report.write(args.out, "fp8-gpu", "GPU: FP8 against bf16-mixed", body, plot, start, quick=False,
+                         machine={**report.machine_info(), "gpu": name}, config={"model": m, "steps": args.steps,
+                         "warmup": args.warmup}, results=results, findings=[])  # fmt: skip
+    print(f"gpu_bench --fp8 -> {paths[0]}")
+    return 0
+
+
 # ---- in the driver -------------------------------------------------------------------------------------------
 def analyse(raw: dict[str, Any], m: dict[str, int], peak: float | None, gpus: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -221,7 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense half-precision peak per GPU")
     parser.add_argument("--out", type=Path, default=report.ROOT / "build" / "benchmarks")
+    parser.add_argument("--fp8", action="store_true", help="fp8-tensorwise/-rowwise vs bf16-mixed, ~1B GPT, one GPU")
+    parser.add_argument("--layers", type=int, default=0, help="--fp8: GPT blocks (default 18; fewer for small GPUs)")
     args = parser.parse_args(argv)
+    if args.fp8:
+        return fp8_main(args, time.perf_counter())
     import torch
 
     if not torch.cuda.is_available():

@@ -1,15 +1,4 @@
-"""Run the CPU benchmarks; each writes ``<name>.json``, ``<name>.md`` and ``<name>.png``, then ``index.md``.
-
-    python benchmarks/run.py                  # everything (about 15 minutes on 2 cores), into build/benchmarks/
-    python benchmarks/run.py --quick          # smoke run of every benchmark (a few minutes)
-    python benchmarks/run.py --only discovery,numerics --out /tmp/results
-    python benchmarks/run.py --update-docs    # into docs/benchmarks/ (the published results)
-
-Benchmarks: ``overhead-fsdp``, ``overhead-deepspeed`` (per-step time: ours vs Lightning's built-in vs a
-hand-written loop), ``discovery`` (fresh-interpreter cost of finding and resolving plugins), ``memory`` (bytes per
-rank under FSDP2 and ZeRO 1/2/3), ``numerics`` (final loss against 32-true). Needs matplotlib, scipy and pyperf.
-On a CUDA machine run ``benchmarks/gpu_bench.py``.
-"""
+"""Run the CPU benchmarks (see benchmarks/README.md): each writes <name>.json, .md and .png, then index.md."""
 
 from __future__ import annotations
 

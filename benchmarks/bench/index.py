@@ -16,6 +16,7 @@ PAGES = {
     "memory": "Memory per rank",
     "numerics": "Numerics",
     "gpu": "GPU: step overhead and throughput",
+    "fp8-gpu": "GPU: FP8 against bf16-mixed",
 }
 INTRO = """# Benchmarks
 

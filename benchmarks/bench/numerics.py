@@ -19,12 +19,12 @@ from bench import report, runs
 
 RUNS: list[dict[str, Any]] = [
     *({"backend": "fsdp", "variant": "ours", "precision": p} for p in ("32-true", "bf16-true", "16-true")),
-    {"backend": "fsdp", "variant": "ours", "precision": "bf16-mixed", "reduce": "fp32"},
-    {"backend": "fsdp", "variant": "ours", "precision": "bf16-mixed", "reduce": "bf16"},
-    {"backend": "fsdp", "variant": "ours", "precision": "16-mixed", "reduce": "fp32"},
-    {"backend": "fsdp", "variant": "ours", "precision": "16-mixed", "reduce": "fp16"},
-    {"backend": "fsdp", "variant": "builtin", "precision": "bf16-mixed"},
-    {"backend": "fsdp", "variant": "builtin", "precision": "16-mixed"},
+    *(
+        {"backend": "fsdp", "variant": "ours", "precision": f"{low}-mixed", "reduce": r}
+        for low, half in (("bf16", "bf16"), ("16", "fp16"))
+        for r in ("fp32", half)
+    ),
+    *({"backend": "fsdp", "variant": "builtin", "precision": p} for p in ("bf16-mixed", "16-mixed")),
     *({"backend": "deepspeed", "variant": "ours", "precision": p} for p in ("32-true", "bf16-true", "bf16-mixed")),
     {"backend": "deepspeed", "variant": "ours", "precision": "bf16-mixed", "reduce": "fp32"},
     {"backend": "deepspeed", "variant": "ours", "precision": "bf16-mixed", "options": {"torch_autocast": True}},

@@ -57,7 +57,7 @@ def analyse(raw: dict[str, Any], variants: dict[str, list[str]]) -> dict[str, An
 
 def run(quick: bool, machine: dict[str, Any], out: Path, backend: str) -> list[Path]:
     variants = {"bf16-mixed": ["ours", "builtin", "hand"]} if quick else VARIANTS[backend]
-    config: dict[str, Any] = {"backend": backend, "variants": variants, "task": runs.Task(width=128).as_dict(),
+    config: dict[str, Any] = {"backend": backend, "variants": variants, "task": dict(vars(runs.Task(width=128))),
               "rounds": 1 if quick else 3, "steps": 5 if quick else 30, "warmup": 1 if quick else 5}  # fmt: skip
     start = time.perf_counter()
     results = analyse(runs.in_ranks("bench.overhead:worker", config), variants)

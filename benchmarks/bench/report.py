@@ -12,7 +12,6 @@ interval is on one side of 1 *and*, for samples taken in interleaved rounds, eve
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import subprocess
@@ -70,10 +69,8 @@ def fmt_ratio(r: dict[str, Any]) -> str:
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
+    unit, size = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if abs(n) >= s), ("B", 0))
+    return f"{n / size:.2f} {unit}" if size else f"{int(n)} B"
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -109,26 +106,6 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no NaN/inf: write them as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def write(
     out: Path, name: str, title: str, body: str, plot: Callable[[Any], Any], start: float, **data: Any
 ) -> list[Path]:
@@ -136,7 +113,8 @@ def write(
     machine) and ``<name>.png`` (the figure ``plot(pyplot)`` returns); ``start``: ``perf_counter()`` at the start."""
     out.mkdir(parents=True, exist_ok=True)
     data = {"schema": SCHEMA, "benchmark": name, "duration_s": time.perf_counter() - start, **data}
-    (out / f"{name}.json").write_text(json.dumps(_clean(data), indent=1) + "\n")
+    clean = json.loads(json.dumps(data), parse_constant=lambda _: None)  # JSON has no NaN/inf: null instead
+    (out / f"{name}.json").write_text(json.dumps(clean, indent=1) + "\n")
     m = data["machine"]
     quick = " (quick smoke run: too few samples to quote)" if data.get("quick") else ""
     facts = [
@@ -152,7 +130,11 @@ def write(
         + "\n".join(f"- {f}" for f in facts)
         + "\n"
     )
-    plt = pyplot()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig = plot(plt)
     fig.tight_layout()
     fig.savefig(out / f"{name}.png", dpi=110)

@@ -19,7 +19,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,6 @@ class Task:
 
     def net(self) -> ResidualMLP:
         return ResidualMLP(self.width, self.depth, self.classes, self.seed)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def in_ranks(target: str, args: dict[str, Any], world: int = 2, threads: int = 1) -> Any:

@@ -1,14 +1,16 @@
 """The benchmark code's non-timing logic on synthetic samples (no training; no speed is asserted anywhere)."""
 
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
 import gpu_bench
 from bench import index, overhead, report
 
 
-def test_ratio_interval_verdicts_and_rounds():
+def test_ratio_interval_verdicts_and_rounds() -> None:
     base = [1.0 + 0.01 * (i % 5) for i in range(40)]
     same = report.ratio(base, list(base))
     assert same["ratio"] == 1.0
@@ -23,15 +25,15 @@ def test_ratio_interval_verdicts_and_rounds():
     assert report.ratio(slow, base) == report.ratio(slow, base), "fixed seed: the same interval every time"
 
 
-def test_summary_and_formatting():
+def test_summary_and_formatting() -> None:
     s = report.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert (s["median"], s["iqr"], s["rel_iqr"]) == (3.0, 2.0, pytest.approx(2 / 3))
+    assert (s["median"], s["iqr"], s["rel_iqr"]) == pytest.approx((3.0, 2.0, 2 / 3))
     assert report.fmt_bytes(None) == "-"
-    assert report.fmt_bytes(3 * 2**20) == "3.00 MiB"
+    assert [report.fmt_bytes(n) for n in (3 * 2**20, -2048, 5)] == ["3.00 MiB", "-2.00 KiB", "5 B"]
     assert "x\\|y" in report.md_table(["a", "b"], [["x|y", 1]])
 
 
-def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path):
+def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path: Path) -> None:
     variants = {"bf16-mixed": ["ours", "ours-lowreduce", "builtin", "hand"]}
     samples = {
         f"bf16-mixed|{v}": [[0.01 + 0.001 * i + 1e-4 * k for k in range(10)]] * 2
@@ -51,7 +53,7 @@ def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path):
     assert "| fsdp | bf16-mixed |" in index.write(tmp_path).read_text()
 
 
-def test_gpu_math():
+def test_gpu_math() -> None:
     assert gpu_bench.peak_tflops("NVIDIA H200") == 989.0
     assert gpu_bench.peak_tflops("NVIDIA L40S") == 362.0  # the longer key wins over "L40" and "L4"
     assert gpu_bench.peak_tflops("mystery", 100.0) == 100.0
@@ -60,3 +62,11 @@ def test_gpu_math():
     assert gpu_bench.flops_per_token(m) == 6.0 * (12 * 16 + 40) + 6.0 * 1 * 2 * 4
     assert gpu_bench.mfu(1000.0, m, 1.0, 1) == 1000.0 * gpu_bench.flops_per_token(m) / 1e12
     assert gpu_bench.mfu(1000.0, m, None, 1) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip on a machine without a GPU")
+def test_fp8_mode_says_why_and_exits_0_without_an_fp8_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_bench.main(["--fp8"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fp8 GPU benchmark skipped: ")
+    assert "no CUDA GPU is available" in out or "torchao is not installed" in out

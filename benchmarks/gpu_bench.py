@@ -105,34 +105,22 @@ def _lightning(
 ) -> None:
     import lightning.pytorch as pl
     import torch
-    from lightning.pytorch.plugins.precision import FSDPPrecision
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import precision_base
-    from bench.runs import bench_module
+    from bench.runs import bench_module, fsdp2_variant
     from precision_base.testing.models import QUIET
 
-    ours = precision_base.resolve(f"{'deepspeed' if setup == 'deepspeed' else 'fsdp'}:{precision}")
-    plugin: Any = ours if variant == "ours" else FSDPPrecision(precision)  # type: ignore[arg-type]
-
-    shard: Any = None
-    if setup == "fsdp2" and variant == "ours":
-        shard = lambda m, mesh: plugin.fully_shard(m, mesh=mesh)  # noqa: E731
-    elif setup == "fsdp2":  # what a user of the built-in writes for FSDP2: its dtypes in a policy
-        mp = plugin.mixed_precision_config
-        policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
-        shard = lambda m, mesh: fully_shard(m, mesh=mesh, mp_policy=policy)  # noqa: E731
-    module = bench_module(gpt, lambda net, tokens: _loss(net(tokens[:, :-1]), tokens), tick, 1e-4, shard=shard)
-    strategy: Any = "deepspeed_stage_2"
-    if setup != "deepspeed":
-        fsdp2 = ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1) if setup == "fsdp2" else None
-        strategy = fsdp2 or FSDPStrategy(auto_wrap_policy={block_cls})
-    kw: dict[str, Any] = dict(accelerator="cuda", devices=world, strategy=strategy, max_steps=len(data), **QUIET)
-    if variant == "ours":
-        trainer: Any = precision_base.Trainer(precision_plugin=ours, **kw)
+    ours, shard = f"{'deepspeed' if setup == 'deepspeed' else 'fsdp'}:{precision}", cast(Any, None)
+    if setup == "fsdp2":
+        trainer_cls, shard, kw = fsdp2_variant(variant, precision)
+        strategy: Any = ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1)
     else:
-        trainer = pl.Trainer(**({"plugins": [plugin]} if setup == "fsdp2" else {"precision": precision}), **kw)
+        trainer_cls = precision_base.Trainer if variant == "ours" else pl.Trainer
+        kw = {"precision_plugin": precision_base.resolve(ours)} if variant == "ours" else {"precision": precision}
+        strategy = FSDPStrategy(auto_wrap_policy={block_cls}) if setup == "fsdp1" else "deepspeed_stage_2"
+    module = bench_module(gpt, lambda net, tokens: _loss(net(tokens[:, :-1]), tokens), tick, 1e-4, shard=shard)
+    trainer = trainer_cls(accelerator="cuda", devices=world, strategy=strategy, max_steps=len(data), **kw, **QUIET)
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
 
 

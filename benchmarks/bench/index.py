@@ -51,6 +51,7 @@ def _memory_rows(d: dict[str, Any]) -> list[list[Any]]:
 
 def write(out: Path) -> Path:
     """Write ``out/index.md`` from the ``*.json`` results in ``out``; return its path."""
+    out.mkdir(parents=True, exist_ok=True)  # also when every benchmark failed before writing
     loaded = {n: json.loads((out / f"{n}.json").read_text()) for n in PAGES if (out / f"{n}.json").exists()}
     found = {n: d for n, d in loaded.items() if d.get("schema") == SCHEMA}  # results of an older harness: left out
     parts = [INTRO]

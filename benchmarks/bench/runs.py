@@ -165,27 +165,32 @@ def fsdp(
     variant: str, precision: str, task: Task, steps: int, warmup: int, reduce: str = "", on_step: OnStep = None
 ) -> Any:
     """FSDP2 fit: ``ours`` / ``builtin`` / ``hand``; ``reduce`` ("fp32", "bf16", "fp16") overrides the reduce dtype."""
-    import lightning.pytorch as pl
-    from lightning.pytorch.plugins.precision import FSDPPrecision as Builtin
     from lightning.pytorch.strategies import ModelParallelStrategy
+
+    if variant == "hand":
+        return _fsdp_hand(precision, task, steps, warmup, reduce, on_step)
+    trainer, shard, kw = fsdp2_variant(variant, precision, **({"reduce_dtype": reduce} if reduce else {}))
+    strategy = ModelParallelStrategy(data_parallel_size=world_size(), tensor_parallel_size=1)
+    return _lightning_fit(trainer, task, steps, warmup, on_step, shard, strategy=strategy, **kw)
+
+
+def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """FSDP2 under Lightning: the Trainer class, ``shard(module, mesh)`` for ``configure_model`` and the Trainer's
+    precision argument. ``ours``: our plugin and its ``fully_shard``; ``builtin``: Lightning's ``FSDPPrecision`` and
+    ``fully_shard`` with a policy from its ``mixed_precision_config`` (what a user of the built-in writes)."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.plugins.precision import FSDPPrecision
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import precision_base
 
-    if variant == "hand":
-        return _fsdp_hand(precision, task, steps, warmup, reduce, on_step)
-    strategy = ModelParallelStrategy(data_parallel_size=world_size(), tensor_parallel_size=1)
     if variant == "ours":
-        plugin = precision_base.resolve(f"fsdp:{precision}", **({"reduce_dtype": reduce} if reduce else {}))
-        shard: Any = lambda m, mesh: plugin.fully_shard(m, mesh=mesh)  # noqa: E731
-        return _lightning_fit(
-            precision_base.Trainer, task, steps, warmup, on_step, shard, strategy=strategy, precision_plugin=plugin
-        )
-    builtin = Builtin(precision)  # type: ignore[arg-type]
+        ours = precision_base.resolve(f"fsdp:{precision}", **options)
+        return precision_base.Trainer, lambda m, mesh: ours.fully_shard(m, mesh=mesh), {"precision_plugin": ours}
+    builtin = FSDPPrecision(precision)  # type: ignore[arg-type]
     mp: Any = builtin.mixed_precision_config
     policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
-    shard = lambda m, mesh: fully_shard(m, mesh=mesh, mp_policy=policy)  # noqa: E731
-    return _lightning_fit(pl.Trainer, task, steps, warmup, on_step, shard, strategy=strategy, plugins=[builtin])
+    return pl.Trainer, lambda m, mesh: fully_shard(m, mesh=mesh, mp_policy=policy), {"plugins": [builtin]}
 
 
 def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str, on_step: OnStep) -> Any:

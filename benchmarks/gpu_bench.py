@@ -23,6 +23,7 @@ import os
 import random
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, cast
 
@@ -138,13 +139,13 @@ def _hand(setup: str, precision: str, net: Any, block_cls: Any, data: Any, tick:
 
         mp = MixedPrecision(param_dtype=low, reduce_dtype=torch.float32, buffer_dtype=low)
         net = FullyShardedDataParallel(net, auto_wrap_policy=ModuleWrapPolicy({block_cls}), mixed_precision=mp)
-        scaler = ShardedGradScaler() if low == torch.float16 else None
+        scaler = ShardedGradScaler(enabled=low == torch.float16)
     elif setup == "fsdp2":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         for module in [*net.blocks, net]:
             fully_shard(module, mp_policy=MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32))
-        scaler = torch.amp.GradScaler("cuda") if low == torch.float16 else None
+        scaler = torch.amp.GradScaler("cuda", enabled=low == torch.float16)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
     if setup == "deepspeed":
         import deepspeed
@@ -214,14 +215,10 @@ def fp8_fit(spec: str, m: dict[str, int], steps: int, warmup: int) -> dict[str, 
 
 def fp8_main(args: argparse.Namespace, start: float) -> int:
     """``--fp8``: every spec of :data:`FP8_SPECS` in turn, ratios to the first; JSON + markdown + PNG."""
-    try:
-        import torchao.float8  # noqa: F401
+    from precision_fsdp.float8 import hardware_problem
 
-        from precision_fsdp.float8 import hardware_problem
-
-        reason = hardware_problem()
-    except ImportError:
-        reason = 'torchao is not installed: pip install "precision-fsdp[fp8]"'
+    no_torchao = 'torchao is not installed: pip install "precision-fsdp[fp8]"'
+    reason = hardware_problem() if find_spec("torchao") else no_torchao
     if reason is not None:
         print(f"fp8 GPU benchmark skipped: {reason}")
         return 0

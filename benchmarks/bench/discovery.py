@@ -91,14 +91,10 @@ def run(quick: bool, machine: dict[str, Any], out: Path, cache: Path) -> list[Pa
     lst = results["process_wall_s"]["precision-plugins list"]
     lo, hi = str(counts[0]), str(counts[-1])
     per_plugin = (lst[hi]["median"] - lst[lo]["median"]) / (counts[-1] - counts[0])
-    findings = [
-        f"precision-plugins list: {lst[lo]['median'] * 1e3:.0f} ms with {lo} dummy plugins, "
-        f"{lst[hi]['median'] * 1e3:.0f} ms with {hi} ({per_plugin * 1e3:.2f} ms per installed plugin)"
-    ]
-    findings += [
-        f"{k} imports {', '.join(modules[k]['heavy']) or 'none of torch, Lightning, DeepSpeed, numpy'}"
-        for k in ("import precision_base", "precision-plugins list")
-    ]
+    findings = [f"precision-plugins list: {lst[lo]['median'] * 1e3:.0f} ms with {lo} dummy plugins, "
+                f"{lst[hi]['median'] * 1e3:.0f} ms with {hi} ({per_plugin * 1e3:.2f} ms per installed plugin)",
+                *(f"{k} imports {', '.join(modules[k]['heavy']) or 'none of torch, Lightning, DeepSpeed, numpy'}"
+                  for k in ("import precision_base", "precision-plugins list"))]  # fmt: skip
     rows = []
     for k, s in results["process_wall_s"].items():
         ms = [f"{s[str(n)]['median'] * 1e3:.0f} ({s[str(n)]['iqr'] * 1e3:.0f})" if str(n) in s else "-" for n in counts]

@@ -89,13 +89,10 @@ def worker(args: dict[str, Any]) -> list[dict[str, Any]]:
         runs.run(backend, "ours", "32-true", runs.Task(width=64, depth=1, batch=4), 1, 0)
     for backend, stage in args["configs"]:
         for precision in args["precisions"]:
-            counted: dict[str, Any] = {}
-            calls = [0]
+            counted: dict[str, Any] = {}  # counted at every optimizer step: the last step's count stays
 
-            def on_step(module: Any, optimizer: Any, _b: str = backend, _c: Any = counted, _n: Any = calls) -> None:
-                _n[0] += 1
-                if _n[0] == steps:
-                    _c["bytes"] = count(_b, module, optimizer)
+            def on_step(module: Any, optimizer: Any, _b: str = backend, _c: Any = counted) -> None:
+                _c["bytes"] = count(_b, module, optimizer)
 
             gc.collect()
             ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -42,10 +42,8 @@ def name(run: dict[str, Any]) -> str:
 
 def _full_weights(run: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
     if run["backend"] == "fsdp":
-        return {
-            n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float()
-            for n, p in res["module"].net.named_parameters()
-        }
+        params = res["module"].net.named_parameters()
+        return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float() for n, p in params}
     from deepspeed.utils import safe_get_full_fp32_param
 
     engine = res["engine"]

@@ -61,13 +61,9 @@ def run(quick: bool, machine: dict[str, Any], out: Path, backend: str) -> list[P
               "rounds": 1 if quick else 3, "steps": 5 if quick else 30, "warmup": 1 if quick else 5}  # fmt: skip
     start = time.perf_counter()
     results = analyse(runs.in_ranks("bench.overhead:worker", config), variants)
-    findings = [
-        f"{backend}:{p} {name} ({kind} time) = {report.fmt_ratio(r)}: {r['verdict']} beyond the 95% interval"
-        for p, e in results.items()
-        for kind in ("wall", "cpu")
-        for name, r in e[kind]["ratios"].items()
-        if name.startswith("ours") and r["verdict"] in ("slower", "faster")
-    ]
+    findings = [f"{backend}:{p} {name} ({kind} time) = {report.fmt_ratio(r)}: {r['verdict']} beyond the 95% interval"
+                for p, e in results.items() for kind in ("wall", "cpu") for name, r in e[kind]["ratios"].items()
+                if name.startswith("ours") and r["verdict"] in ("slower", "faster")]  # fmt: skip
     rows = []
     for p, e in results.items():
         ms = [f"{e['wall']['step_s'][v]['median'] * 1e3:.2f} ({e['wall']['step_s'][v]['rel_iqr']:.0%})" for v in

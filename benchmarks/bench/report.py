@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from packaging.utils import canonicalize_name
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,12 +87,8 @@ def machine_info() -> dict[str, Any]:
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")), None)
     flags = next((ln.split(":", 1)[1].split() for ln in cpuinfo.splitlines() if ln.startswith("flags")), [])
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for dist in VERSIONS:
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    installed: dict[str, str] = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    versions = {"python": platform.python_version(), **{d: installed.get(d) for d in VERSIONS}}
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return {
         "cpu_model": model or platform.processor(),

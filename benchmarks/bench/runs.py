@@ -1,12 +1,9 @@
-"""Training runs inside the ranks (started by ``precision_base.testing.launch.run_ranks``), three ways each.
-
-The model is ``precision_base.testing.models.ResidualMLP`` on its teacher task (same weights and batches in every
-run). ``ours``: ``precision_base.Trainer(precision_plugin=...)``; ``builtin``: ``lightning.pytorch.Trainer(plugins=
-[Lightning's FSDPPrecision / DeepSpeedPrecision])`` with the same strategy (FSDP2 sharded with a policy from the
-built-in's ``mixed_precision_config``: what its user writes); ``hand``: no Lightning (FSDP2 + autocast +
-GradScaler, or ``deepspeed.initialize`` with the config our strategy builds): the floor. FSDP2 runs under
-``ModelParallelStrategy``, DeepSpeed under precision-deepspeed's ``DeepSpeedCPUStrategy`` (Lightning's refuses the
-CPU). Each run returns per-step wall and CPU times after ``warmup`` (slowest rank), losses, the model or engine.
+"""Training runs inside the ranks (started by ``precision_base.testing.launch.run_ranks``), three ways each, on
+``precision_base.testing.models.ResidualMLP``'s teacher task (same weights and batches in every run): ``ours``
+(``precision_base.Trainer``), ``builtin`` (Lightning's precision plugin, same strategy) and ``hand`` (no Lightning:
+the floor). FSDP2 runs under ``ModelParallelStrategy``, DeepSpeed under precision-deepspeed's ``DeepSpeedCPUStrategy``
+(Lightning's refuses the CPU). Each run returns per-step wall and CPU times after ``warmup`` (slowest rank), losses,
+the model or engine.
 """
 
 from __future__ import annotations
@@ -61,19 +58,15 @@ def loader(task: Task, steps: int) -> torch.utils.data.DataLoader[Any]:
     return torch.utils.data.DataLoader(data, batch_size=task.batch, sampler=sampler)
 
 
-def backward_and_step(loss: torch.Tensor, opt: Any, scaler: Any = None, before_step: Any = None) -> None:
-    """A hand-written loop's backward and optimizer step, with an optional ``GradScaler`` (unscaled before
-    ``before_step()``, e.g. a measurement)."""
-    (scaler.scale(loss) if scaler else loss).backward()
-    if scaler:
-        scaler.unscale_(opt)
+def backward_and_step(loss: torch.Tensor, opt: Any, scaler: Any, before_step: Any = None) -> None:
+    """A hand-written loop's backward and optimizer step through a ``GradScaler`` (``enabled=False`` for all but fp16:
+    then it passes everything through), gradients unscaled before ``before_step()`` (e.g. a measurement)."""
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
     if before_step is not None:
         before_step()
-    if scaler:
-        scaler.step(opt)
-        scaler.update()
-    else:
-        opt.step()
+    scaler.step(opt)
+    scaler.update()
     opt.zero_grad(set_to_none=True)
 
 
@@ -208,7 +201,7 @@ def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str,
     for module in [*net.blocks, net]:
         fully_shard(module, mesh=mesh, mp_policy=policy)
     opt = torch.optim.AdamW(net.parameters(), lr=task.lr)
-    scaler = torch.amp.GradScaler("cpu") if precision == "16-mixed" else None
+    scaler = torch.amp.GradScaler("cpu", enabled=precision == "16-mixed")
     clock, losses = Clock(), []
     for x, y in loader(task, warmup + steps):
         clock.tick()

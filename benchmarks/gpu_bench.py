@@ -65,40 +65,35 @@ def _loss(logits: Any, tokens: Any) -> Any:
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
 
 
-def _start(m: dict[str, int], steps: int, seed: int) -> tuple[Any, Any, list[float], Any]:
-    """TinyGPT from ``m``, ``steps`` batches of synthetic tokens, and a ``tick()`` that records CUDA-synchronised
-    step starts into the returned list."""
+def _start(m: dict[str, int], steps: int, seed: int) -> tuple[Any, Any, Any]:
+    """TinyGPT from ``m``, ``steps`` batches of synthetic tokens and a CUDA-synchronised ``bench.runs.Clock``."""
     import torch
 
+    from bench.runs import Clock
     from precision_base.testing.models import TinyGPT
 
-    gen, starts = torch.Generator().manual_seed(seed), list[float]()
+    gen, gpt = torch.Generator().manual_seed(seed), TinyGPT(**{k: v for k, v in m.items() if k != "batch"})
     data = [torch.randint(0, m["vocab"], (m["batch"], m["seq"] + 1), generator=gen) for _ in range(steps)]
-
-    def tick() -> None:
-        torch.cuda.synchronize()
-        starts.append(time.perf_counter())
-
-    return TinyGPT(**{k: m[k] for k in ("vocab", "d_model", "layers", "heads", "seq")}), data, starts, tick
+    return gpt, data, Clock(torch.cuda.synchronize)
 
 
 def _fit(setup: str, variant: str, precision: str, m: dict[str, int], steps: int) -> list[float]:
     """One fit of ``steps`` steps; the step times (CUDA-synchronised at each step start, slowest rank)."""
     import torch
 
-    from bench.runs import slowest_rank
     from precision_base.testing.launch import ensure_process_group, world_size
     from precision_base.testing.models import GPTBlock
 
     world, rank = world_size(), int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(rank)
-    (gpt, data, starts, tick), block_cls = _start(m, steps, 1000 + rank), GPTBlock
+    (gpt, data, clock), block_cls = _start(m, steps, 1000 + rank), GPTBlock
     if variant == "hand":
         ensure_process_group("nccl")
-        _hand(setup, precision, gpt, block_cls, data, tick)
+        _hand(setup, precision, gpt, block_cls, data, clock.tick)
     else:
-        _lightning(setup, variant, precision, gpt, block_cls, data, tick, world)
-    return slowest_rank([b - a for a, b in itertools.pairwise(starts)])
+        _lightning(setup, variant, precision, gpt, block_cls, data, clock.tick, world)
+    times: list[float] = clock.result(0)["times"]
+    return times
 
 
 def _lightning(
@@ -127,25 +122,24 @@ def _lightning(
 
 def _hand(setup: str, precision: str, net: Any, block_cls: Any, data: Any, tick: Any) -> None:
     import torch
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
     from bench.runs import backward_and_step
 
     low, dev = torch.bfloat16 if precision == "bf16-mixed" else torch.float16, torch.device("cuda")
-    net, scaler = net.to(dev), cast(Any, None)
+    net = net.to(dev)
     if setup == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
         mp = MixedPrecision(param_dtype=low, reduce_dtype=torch.float32, buffer_dtype=low)
         net = FullyShardedDataParallel(net, auto_wrap_policy=ModuleWrapPolicy({block_cls}), mixed_precision=mp)
-        scaler = ShardedGradScaler(enabled=low == torch.float16)
     elif setup == "fsdp2":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         for module in [*net.blocks, net]:
             fully_shard(module, mp_policy=MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32))
-        scaler = torch.amp.GradScaler("cuda", enabled=low == torch.float16)
+    scaler = (ShardedGradScaler if setup == "fsdp1" else torch.amp.GradScaler)("cuda", enabled=low == torch.float16)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
     if setup == "deepspeed":
         import deepspeed
@@ -201,12 +195,11 @@ def fp8_fit(spec: str, m: dict[str, int], steps: int, warmup: int) -> dict[str, 
     gc.collect()  # the previous spec's Trainer and model (reference cycles) must not count in this peak
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    gpt, data, starts, tick = _start(m, steps, 0)
-    module = bench_module(gpt, lambda net, tokens: _loss(net(tokens[:, :-1]), tokens), tick, 1e-4)
-    kw: dict[str, Any] = dict(accelerator="cuda", devices=1, max_steps=steps, **QUIET)
-    trainer = precision_base.Trainer(precision_plugin=spec, **kw)
+    gpt, data, clock = _start(m, steps, 0)
+    module = bench_module(gpt, lambda net, tokens: _loss(net(tokens[:, :-1]), tokens), clock.tick, 1e-4)
+    trainer = precision_base.Trainer(precision_plugin=spec, accelerator="cuda", devices=1, max_steps=steps, **QUIET)
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
-    step_s = report.summarize([b - a for a, b in itertools.pairwise(starts)][warmup:])
+    step_s = report.summarize(clock.result(warmup)["times"])
     return {"spec": spec, "parameters": sum(p.numel() for p in gpt.parameters()), "step_s": step_s,
             "tokens_per_s": m["batch"] * m["seq"] / step_s["median"],
             "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,

@@ -1,8 +1,5 @@
 """Statistics (numpy, ``scipy.stats.bootstrap``) and the output files: one JSON, one markdown page, one PNG each.
 
-Every JSON result has the same top level: ``schema`` (``precision-plugins-bench/2``), ``benchmark``, ``quick``,
-``machine``, ``duration_s``, ``config``, ``results``, ``findings``.
-
 Conventions: a *summary* is the median with the 25th/75th percentiles; the *ratio* of A to B is
 median(A) / median(B) with a 95% percentile-bootstrap interval (samples resampled independently, fixed seed) and
 the 20th-percentile ratio beside it (other load only adds time); it is called slower/faster only when the whole
@@ -106,7 +103,8 @@ def machine_info() -> dict[str, Any]:
 def write(
     out: Path, name: str, title: str, body: str, plot: Callable[[Any], Any], start: float, **data: Any
 ) -> list[Path]:
-    """Write ``<name>.json`` (``data``: quick, machine, config, results, findings), ``<name>.md`` (``body`` and the
+    """Write ``<name>.json`` (top level: schema, benchmark, duration_s and ``data``: quick, machine, config, results,
+    findings), ``<name>.md`` (``body`` and the
     machine) and ``<name>.png`` (the figure ``plot(pyplot)`` returns); ``start``: ``perf_counter()`` at the start."""
     out.mkdir(parents=True, exist_ok=True)
     data = {"schema": SCHEMA, "benchmark": name, "duration_s": time.perf_counter() - start, **data}

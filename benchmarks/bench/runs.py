@@ -75,13 +75,16 @@ def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class Clock:
-    """Start of every step (wall and process CPU time); a step lasts to the next start (fetch to optimizer step)."""
+    """Start of every step (wall and process CPU time, after ``sync()``: e.g. ``torch.cuda.synchronize``); a step
+    lasts to the next start (fetch to optimizer step)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync: Callable[[], Any] = lambda: None) -> None:
         self.wall: list[float] = []
         self.cpu: list[float] = []
+        self.sync = sync
 
     def tick(self) -> None:
+        self.sync()
         self.wall.append(time.perf_counter())
         self.cpu.append(time.process_time())
 

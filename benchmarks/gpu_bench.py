@@ -48,10 +48,8 @@ def peak_tflops(name: str, override: float | None = None) -> float | None:
 
 def flops_per_token(m: dict[str, int]) -> float:
     """Training FLOPs per token: 6 x (blocks + tied output projection) + 6 x layers x seq x d_model (attention)."""
-    return (
-        6.0 * (m["layers"] * 12 * m["d_model"] ** 2 + m["vocab"] * m["d_model"])
-        + 6.0 * m["layers"] * m["seq"] * m["d_model"]
-    )
+    d, n = m["d_model"], m["layers"]
+    return 6.0 * (n * 12 * d**2 + m["vocab"] * d) + 6.0 * n * m["seq"] * d
 
 
 def mfu(tokens_per_s: float, m: dict[str, int], peak: float | None, gpus: int) -> float | None:
@@ -252,12 +250,7 @@ def analyse(raw: dict[str, Any], m: dict[str, int], peak: float | None, gpus: in
         s = report.summarize([t for r in rounds for t in r])
         tps = m["batch"] * m["seq"] * gpus / s["median"]
         entry = out.setdefault(f"{setup}|{precision}", {"variants": {}, "ratios": {}})
-        entry["variants"][variant] = {
-            "step_s": s,
-            "tokens_per_s": tps,
-            "mfu": mfu(tps, m, peak, gpus),
-            "rounds": rounds,
-        }
+        entry["variants"][variant] = dict(step_s=s, tokens_per_s=tps, mfu=mfu(tps, m, peak, gpus), rounds=rounds)
     for entry in out.values():
         v = entry["variants"]
         for a, b in (("ours", "builtin"), ("ours", "hand"), ("builtin", "hand")):

@@ -44,11 +44,6 @@ def _overhead_rows(d: dict[str, Any]) -> list[list[str]]:
             for p, e in d["results"].items()]  # fmt: skip
 
 
-def _memory_rows(d: dict[str, Any]) -> list[list[Any]]:
-    return [[r["setup"], r["world"], fmt_bytes(sum(r["bytes"].values())), fmt_bytes(r["peak_rss_delta"])]
-            for r in d["results"] if r["precision"] == "bf16-mixed"]  # fmt: skip
-
-
 def write(out: Path) -> Path:
     """Write ``out/index.md`` from the ``*.json`` results in ``out``; return its path."""
     out.mkdir(parents=True, exist_ok=True)  # also when every benchmark failed before writing
@@ -64,7 +59,9 @@ def write(out: Path) -> Path:
         )
     if "memory" in found:
         header = ["setup", "ranks", "tracked tensor bytes (rank 0)", "peak RSS delta"]
-        parts.append("## Memory per rank (bf16-mixed)\n\n" + md_table(header, _memory_rows(found["memory"])))
+        rows = [[r["setup"], r["world"], fmt_bytes(sum(r["bytes"].values())), fmt_bytes(r["peak_rss_delta"])]
+                for r in found["memory"]["results"] if r["precision"] == "bf16-mixed"]  # fmt: skip
+        parts.append("## Memory per rank (bf16-mixed)\n\n" + md_table(header, rows))
     for name, d in found.items():
         if d["findings"] and not name.startswith("overhead"):
             parts.append(f"## {PAGES[name]}\n\n" + "\n".join(f"- {f}" for f in d["findings"]))

@@ -647,8 +647,11 @@ def resolve(spec: object, *, namespace: str = "lightning.pytorch", **options: An
         UnknownBackendError: no such backend is installed (the message says what to install).
         BackendDisabledError: the backend is listed in ``PRECISION_PLUGINS_DISABLE``.
         UnsupportedPrecisionError: the backend does not offer that precision (the message lists what it does).
-        DuplicateBackendError, PluginLoadError, PluginRequirementError, ContractVersionError,
-        InvalidPluginInfoError: see their docs.
+        DuplicateBackendError: the backend is declared twice, or by a third party for a name this project publishes.
+        PluginLoadError: the plugin's info object or class cannot be imported.
+        PluginRequirementError: an installed version does not meet the plugin's requirements.
+        ContractVersionError: the plugin was built for another contract version.
+        InvalidPluginInfoError: the plugin's info or class breaks the contract (e.g. bases in the wrong order).
     """
     return _default.resolve(spec, namespace=namespace, **options)
 

@@ -65,9 +65,8 @@ def count(backend: str, module: Any, optimizer: Any) -> dict[str, int]:
         ledger.walk("optimizer_state", list(optimizer.state.values()))
         return ledger.bytes
     engine = module.trainer.model
-    ledger.walk(
-        "params", [p if getattr(p, "ds_tensor", None) is None else p.ds_tensor for p in engine.module.parameters()]
-    )
+    params = engine.module.parameters()  # ZeRO-3: each rank's partition
+    ledger.walk("params", [p if getattr(p, "ds_tensor", None) is None else p.ds_tensor for p in params])
     zero = engine.optimizer
     inner = getattr(zero, "optimizer", zero)
     ledger.walk("optimizer_state", list(inner.state.values()))
@@ -149,9 +148,8 @@ def run(quick: bool, machine: dict[str, Any], out: Path) -> list[Path]:
                 vals = [r["bytes"][role] / 2**20 for r in sel]
                 ax.bar(range(len(sel)), vals, bottom=bottom, label=role)
                 bottom = [a + b for a, b in zip(bottom, vals, strict=True)]
-            ax.plot(
-                range(len(sel)), [r["peak_rss_delta"] / 2**20 for r in sel], "k_", markersize=14, label="peak RSS delta"
-            )
+            rss = [r["peak_rss_delta"] / 2**20 for r in sel]
+            ax.plot(range(len(sel)), rss, "k_", markersize=14, label="peak RSS delta")
             ax.set_xticks(range(len(sel)), [f"{r['setup']}\n{r['world']} rank(s)" for r in sel], fontsize=7)
             ax.set_title(precision, fontsize=9)
         axes[0][0].set_ylabel("MiB on rank 0")

@@ -79,9 +79,7 @@ class Clock:
     lasts to the next start (fetch to optimizer step)."""
 
     def __init__(self, sync: Callable[[], Any] = lambda: None) -> None:
-        self.wall: list[float] = []
-        self.cpu: list[float] = []
-        self.sync = sync
+        self.wall, self.cpu, self.sync = list[float](), list[float](), sync
 
     def tick(self) -> None:
         self.sync()

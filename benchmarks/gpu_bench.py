@@ -164,9 +164,7 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     deadline, rng = time.time() + args["budget_s"], random.Random(0)
-    samples: dict[str, list[list[float]]] = {}
-    errors: dict[str, str] = {}
-    skipped: list[str] = []
+    samples, errors, skipped = dict[str, list[list[float]]](), dict[str, str](), list[str]()
     for _, setup, precision in itertools.product(range(args["rounds"]), args["setups"], args["precisions"]):
         for variant in rng.sample(VARIANTS, len(VARIANTS)):
             key = f"{setup}|{precision}|{variant}"
@@ -286,17 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     config = {"model": MODEL, "flops_per_token": flops_per_token(MODEL), "peak_tflops_per_gpu": peak, "gpus": world,
               "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "budget_s": args.budget_s,
               "setups": args.setups.split(","), "precisions": args.precisions.split(",")}  # fmt: skip
-    start, threads = time.perf_counter(), max(1, (os.cpu_count() or 2) // world)
-    cwd = Path(__file__).parent
+    start, threads, cwd = time.perf_counter(), max(1, (os.cpu_count() or 2) // world), Path(__file__).parent
     raw = run_ranks("gpu_bench:worker", config, world=world, threads=threads, timeout=args.budget_s + 300, cwd=cwd)
     results = analyse(raw, MODEL, peak, world)
     rows = []
     for key, e in results.items():
         for v, x in e["variants"].items():
             ratios = [report.fmt_ratio(e["ratios"][r]) if v == "ours" and r in e["ratios"] else "" for r in RATIOS]
-            mfu_cell = "-" if x["mfu"] is None else f"{x['mfu']:.1%}"
             rows.append([*key.split("|"), v, f"{x['step_s']['median'] * 1e3:.2f}", f"{x['tokens_per_s']:,.0f}",
-                         mfu_cell, *ratios])  # fmt: skip
+                         "-" if x["mfu"] is None else f"{x['mfu']:.1%}", *ratios])  # fmt: skip
     body = (
         f"{name} x {world}; model {MODEL}; {args.rounds} interleaved rounds x {args.steps} steps ({args.warmup} "
         f"warm-up steps dropped per fit); MFU at {peak} TFLOP/s per GPU.\n\n"
@@ -320,9 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     findings = [f"{k} ours/builtin = {report.fmt_ratio(r)}: {r['verdict']}" for k, e in results.items()
                 if (r := e["ratios"].get("ours/builtin"))]  # fmt: skip
     results_all = {"by_setup": results, "errors": raw["errors"], "skipped": raw["skipped"]}
-    machine = {**report.machine_info(), "gpu": name}
     paths = report.write(args.out, "gpu", "GPU: step overhead and throughput", body, plot, start, quick=False,
-                         machine=machine, config=config, results=results_all, findings=findings)  # fmt: skip
+                         machine={**report.machine_info(), "gpu": name}, config=config, results=results_all,
+                         findings=findings)  # fmt: skip
     print(f"gpu_bench: {time.perf_counter() - start:.0f} s -> {paths[0]}")
     return 1 if raw["errors"] else 0
 

@@ -34,7 +34,6 @@ SETUPS, PRECISIONS, VARIANTS = ("fsdp1", "fsdp2", "deepspeed"), ("bf16-mixed", "
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "H800": 989.0, "GH200": 989.0, "A100": 312.0, "A800": 312.0,
                "L40S": 362.0, "L40": 181.0, "L4": 121.0, "A10G": 70.0, "A10": 125.0, "RTX 4090": 165.0,
                "RTX 3090": 71.0, "V100": 125.0, "T4": 65.0}  # fmt: skip
-"""Dense bf16/fp16 tensor-core peak TFLOP/s per GPU."""
 RATIOS = ("ours/builtin", "ours/hand")
 MODEL = {"vocab": 8192, "d_model": 512, "layers": 6, "heads": 8, "seq": 512, "batch": 8}
 FP8_SPECS = ("fsdp:bf16-mixed", "fsdp:fp8-tensorwise", "fsdp:fp8-rowwise")
@@ -42,7 +41,7 @@ FP8_MODEL = {"vocab": 32000, "d_model": 2048, "layers": 18, "heads": 16, "seq": 
 
 
 def peak_tflops(name: str, override: float | None = None) -> float | None:
-    """Dense half-precision peak of a GPU from its name (longest matching key), or ``override``."""
+    """Dense bf16/fp16 tensor-core peak TFLOP/s of a GPU from its name (longest matching key), or ``override``."""
     return override or next((PEAK_TFLOPS[k] for k in sorted(PEAK_TFLOPS, key=len, reverse=True) if k in name), None)
 
 
@@ -90,8 +89,7 @@ def _fit(setup: str, variant: str, precision: str, m: dict[str, int], steps: int
         _hand(setup, precision, gpt, block_cls, data, clock.tick)
     else:
         _lightning(setup, variant, precision, gpt, block_cls, data, clock.tick, world)
-    times: list[float] = clock.result(0)["times"]
-    return times
+    return list(clock.result(0)["times"])
 
 
 def _lightning(

@@ -53,11 +53,10 @@ def environments(cache: Path, counts: list[int]) -> dict[int, Path]:
 
 def pyperf_times(python: Path, code: str, quick: bool, heavy: bool) -> list[float]:
     """Seconds per fresh-process run of ``python -c code``, from ``pyperf command``."""
-    procs = 2 if quick or heavy else 10
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = ["-m", "pyperf", "command", "--quiet", "-p", str(procs), "-n", "1" if heavy else "3", "-w", "1",
-               "-l", "1"]  # fmt: skip
+        cmd = ["-m", "pyperf", "command", "--quiet", "-p", "2" if quick or heavy else "10", "-n", "1" if heavy else "3",
+               "-w", "1", "-l", "1"]  # fmt: skip
         subprocess.run([sys.executable, *cmd, "-o", str(out), "--", str(python), "-c", code], check=True, cwd=tmp)
         import pyperf
 

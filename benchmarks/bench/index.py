@@ -9,15 +9,9 @@ from typing import Any
 
 from bench.report import SCHEMA, fmt_bytes, fmt_ratio, md_table
 
-PAGES = {
-    "overhead-fsdp": "Per-step overhead: FSDP2",
-    "overhead-deepspeed": "Per-step overhead: DeepSpeed",
-    "discovery": "Discovery cost",
-    "memory": "Memory per rank",
-    "numerics": "Numerics",
-    "gpu": "GPU: step overhead and throughput",
-    "fp8-gpu": "GPU: FP8 against bf16-mixed",
-}
+PAGES = {"overhead-fsdp": "Per-step overhead: FSDP2", "overhead-deepspeed": "Per-step overhead: DeepSpeed",
+         "discovery": "Discovery cost", "memory": "Memory per rank", "numerics": "Numerics",
+         "gpu": "GPU: step overhead and throughput", "fp8-gpu": "GPU: FP8 against bf16-mixed"}  # fmt: skip
 INTRO = """# Benchmarks
 
 Our precision plugins measured side by side with Lightning's built-in plugins and with a hand-written torch loop

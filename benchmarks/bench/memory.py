@@ -31,8 +31,7 @@ class Ledger:
     """Bytes by role; a storage seen once is never counted again (views into flat buffers included)."""
 
     def __init__(self) -> None:
-        self.seen: set[int] = set()
-        self.bytes = dict.fromkeys(ROLES, 0)
+        self.seen, self.bytes = set[int](), dict.fromkeys(ROLES, 0)
 
     def walk(self, role: str, value: Any, depth: int = 3) -> None:
         import torch

@@ -265,5 +265,4 @@ def run(backend: str, variant: str, precision: str, task: Task, steps: int, warm
     if variant.endswith("-lowreduce"):
         kw["reduce"] = {"16-mixed": "fp16", "bf16-mixed": "bf16"}[precision]
         variant = variant.removesuffix("-lowreduce")
-    result: dict[str, Any] = (fsdp if backend == "fsdp" else deepspeed)(variant, precision, task, steps, warmup, **kw)
-    return result
+    return dict((fsdp if backend == "fsdp" else deepspeed)(variant, precision, task, steps, warmup, **kw))

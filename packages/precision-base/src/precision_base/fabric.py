@@ -29,7 +29,7 @@ from precision_base.errors import (
     describe,
     type_name,
 )
-from precision_base.front_door import combine_door_kwargs, resolve_name_in_plugins
+from precision_base.front_door import check_mixin_first, combine_door_kwargs, door_namespace, resolve_name_in_plugins
 from precision_base.namespaces import FABRIC_NAMESPACES, for_namespace, lightning_root, namespace_of
 from precision_base.registry import get_entry, get_plugin_class
 from precision_base.spec import parse_spec
@@ -178,18 +178,6 @@ def prepare_fabric_kwargs(
     )
 
 
-def _fabric_namespace(cls: type) -> str:
-    namespace = namespace_of(cls)
-    if namespace not in FABRIC_NAMESPACES:
-        raise TypeError(
-            f"{cls.__qualname__} uses PrecisionPluginFabricMixin without a Lightning Fabric base: list the mixin "
-            "before lightning.fabric.Fabric or lightning_fabric.Fabric, e.g. "
-            "class MyFabric(PrecisionPluginFabricMixin, lightning.fabric.Fabric)"
-        )
-    assert namespace is not None
-    return namespace
-
-
 class PrecisionPluginFabricMixin:
     """Gives a Lightning Fabric class a ``precision_plugin=`` argument; list it before the Fabric class::
 
@@ -204,19 +192,13 @@ class PrecisionPluginFabricMixin:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        namespace = namespace_of(cls)
-        if namespace in FABRIC_NAMESPACES:
-            fabric = lightning_root(namespace).Fabric
-            mro = cls.__mro__
-            if fabric in mro and mro.index(fabric) < mro.index(PrecisionPluginFabricMixin):
-                raise TypeError(
-                    f"{cls.__qualname__} lists {fabric.__module__}.Fabric before PrecisionPluginFabricMixin, so the "
-                    f"mixin's __init__ never runs; list the mixin first: class {cls.__name__}"
-                    "(PrecisionPluginFabricMixin, Fabric)"
-                )
+        check_mixin_first(cls, PrecisionPluginFabricMixin, FABRIC_NAMESPACES, "Fabric")
 
     def __init__(self, *, precision_plugin: Optional[Any] = None, **kwargs: Any) -> None:
-        namespace = _fabric_namespace(type(self))
+        namespace = door_namespace(
+            type(self), PrecisionPluginFabricMixin, FABRIC_NAMESPACES, "Fabric",
+            "lightning.fabric.Fabric or lightning_fabric.Fabric",
+        )  # fmt: skip
         super().__init__(**prepare_fabric_kwargs(precision_plugin, kwargs, namespace=namespace))
 
 

@@ -240,16 +240,38 @@ def combine_door_kwargs(
     return out
 
 
-def _trainer_namespace(cls: type) -> str:
+def door_namespace(cls: type, mixin: type, namespaces: tuple[str, ...], door: str, bases: str) -> str:
+    """The Lightning namespace of the class ``cls`` that uses the door ``mixin`` (``door``: "Trainer" or "Fabric");
+    a ``TypeError`` naming ``bases`` (what to list the mixin before) when ``cls`` has no such Lightning base."""
     namespace = namespace_of(cls)
-    if namespace not in NAMESPACES:
+    if namespace not in namespaces:
+        example = bases.split(" or ")[0]
         raise TypeError(
-            f"{cls.__qualname__} uses PrecisionPluginTrainerMixin without a Lightning Trainer base: list the mixin "
-            "before lightning.Trainer or pytorch_lightning.Trainer, e.g. "
-            "class MyTrainer(PrecisionPluginTrainerMixin, lightning.Trainer)"
+            f"{cls.__qualname__} uses {mixin.__name__} without a Lightning {door} base: list the mixin before "
+            f"{bases}, e.g. class My{door}({mixin.__name__}, {example})"
         )
     assert namespace is not None
     return namespace
+
+
+def check_mixin_first(cls: type, mixin: type, namespaces: tuple[str, ...], door: str) -> None:
+    """Refuse a class that lists the namespace's ``Trainer``/``Fabric`` (``door``) before the door ``mixin``: the
+    mixin's ``__init__`` would never run."""
+    namespace = namespace_of(cls)
+    if namespace in namespaces:
+        base = getattr(lightning_root(namespace), door)
+        mro = cls.__mro__
+        if base in mro and mro.index(base) < mro.index(mixin):
+            raise TypeError(
+                f"{cls.__qualname__} lists {base.__module__}.{door} before {mixin.__name__}, so the mixin's __init__ "
+                f"never runs; list the mixin first: class {cls.__name__}({mixin.__name__}, {door})"
+            )
+
+
+def _trainer_namespace(cls: type) -> str:
+    return door_namespace(
+        cls, PrecisionPluginTrainerMixin, NAMESPACES, "Trainer", "lightning.Trainer or pytorch_lightning.Trainer"
+    )
 
 
 def _env_signature(owner: type, *, for_mixin: bool) -> inspect.Signature:
@@ -314,16 +336,7 @@ class PrecisionPluginTrainerMixin:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        namespace = namespace_of(cls)
-        if namespace in NAMESPACES:
-            trainer = lightning_root(namespace).Trainer
-            mro = cls.__mro__
-            if trainer in mro and mro.index(trainer) < mro.index(PrecisionPluginTrainerMixin):
-                raise TypeError(
-                    f"{cls.__qualname__} lists {trainer.__module__}.Trainer before PrecisionPluginTrainerMixin, so "
-                    "the mixin's __init__ never runs; list the mixin first: "
-                    f"class {cls.__name__}(PrecisionPluginTrainerMixin, Trainer)"
-                )
+        check_mixin_first(cls, PrecisionPluginTrainerMixin, NAMESPACES, "Trainer")
 
     def __init__(self, *, precision_plugin: Optional[Any] = None, **kwargs: Any) -> None:
         cls = type(self)

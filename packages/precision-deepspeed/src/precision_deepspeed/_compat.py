@@ -72,6 +72,7 @@ class Fenced:
 
 _LDS = "lightning.pytorch.strategies.deepspeed"
 _LDP = "lightning.pytorch.plugins.precision.deepspeed"
+_FDS = "lightning.fabric.strategies.deepspeed"
 
 #: Every fenced symbol. Overridden Lightning methods are listed too, so that a renamed or re-shaped base method
 #: fails the compat test (mypy catches it through ``typing_extensions.override`` as well).
@@ -108,6 +109,15 @@ FENCED: tuple[Fenced, ...] = (
         ("self", "accelerator", "zero_optimization", "stage"),
         "loss-scaling defaults, to tell a user's strategy arguments from Lightning's defaults",
     ),
+    # -- Lightning Fabric's DeepSpeedStrategy: private methods the Fabric CPU strategy (fabric.py) overrides or calls
+    Fenced(_FDS, "DeepSpeedStrategy._setup_distributed", ("self",), "Fabric CPU strategy: skip the device-index check"),
+    Fenced(
+        _FDS, "DeepSpeedStrategy._set_world_ranks", ("self",), "Fabric CPU strategy: ranks before DeepSpeed's group"
+    ),
+    Fenced(
+        _FDS, "DeepSpeedStrategy._init_deepspeed_distributed", ("self",), "Fabric CPU strategy: start DeepSpeed's group"
+    ),
+    Fenced(_FDS, "DeepSpeedStrategy._format_config", ("self",), "Fabric CPU strategy: the plugin's section first"),
     Fenced("lightning.fabric.utilities.seed", "reset_seed", (), "CPU strategy: setup_distributed as Lightning does"),
     Fenced(
         "lightning.fabric.plugins.precision.deepspeed",

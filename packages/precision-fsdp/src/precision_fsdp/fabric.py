@@ -30,7 +30,6 @@ from precision_base.plugin_support import uses_cpu, wrong_strategy_error
 from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
 from precision_fsdp.implementation import FSDPPrecisionImpl
-from precision_fsdp.overflow import grads_finite
 from precision_fsdp.sharding import fsdp_version_of
 
 if TYPE_CHECKING:
@@ -110,18 +109,11 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
         """
         fabric_step = super(FSDPPrecisionImpl, self).optimizer_step  # Fabric's signature, not the Trainer's
         if self._check_finite and self._overflow is not None:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            skipped = not grads_finite(params)
-            if skipped:
-                optimizer.zero_grad(set_to_none=True)  # parameters without gradients are not stepped
+            skipped = self._drop_nonfinite_grads(optimizer)
             output = fabric_step(optimizer, **kwargs)
             self._overflow.after_step(skipped, None, self.spec)
             return output
-        before = self.scaler.get_scale() if self.scaler is not None else None
-        output = fabric_step(optimizer, **kwargs)
-        if self.scaler is not None and self._overflow is not None and before is not None:
-            self._overflow.after_step(self.scaler.get_scale() < before, self.scaler.get_scale(), self.spec)
-        return output
+        return self._scaler_step_watched(lambda: fabric_step(optimizer, **kwargs))
 
 
 class FSDPPrecision(FabricFSDPPrecisionImpl, lf.plugins.precision.FSDPPrecision):  # type: ignore[misc]

@@ -492,22 +492,34 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         Raises:
             precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
+        lightning_step = super().optimizer_step
         if self._check_finite and self._overflow is not None:
-            watch, skipped = self._overflow, [False]
+            skipped = [False]
 
             def checked_closure() -> Any:
                 result = closure()
-                params = [p for group in optimizer.param_groups for p in group["params"]]
-                if not grads_finite(params):
-                    skipped[0] = True
-                    optimizer.zero_grad(set_to_none=True)  # parameters without gradients are not stepped
+                skipped[0] = self._drop_nonfinite_grads(optimizer)
                 return result
 
-            output = super().optimizer_step(optimizer, model, checked_closure, **kwargs)
-            watch.after_step(skipped[0], None, self.spec)
+            output = lightning_step(optimizer, model, checked_closure, **kwargs)
+            self._overflow.after_step(skipped[0], None, self.spec)
             return output
+        return self._scaler_step_watched(lambda: lightning_step(optimizer, model, closure, **kwargs))
+
+    def _drop_nonfinite_grads(self, optimizer: Any) -> bool:
+        """``check_finite_grads``: whether any rank's gradients hold inf/NaN; if so they are dropped, so that the
+        optimizer steps no parameter (parameters without gradients are not stepped)."""
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if grads_finite(params):
+            return False
+        optimizer.zero_grad(set_to_none=True)
+        return True
+
+    def _scaler_step_watched(self, step: Callable[[], Any]) -> Any:
+        """Run ``step`` (an optimizer step through the scaler, if any); a step the scaler skipped (its scale fell)
+        counts towards ``max_skipped_steps``."""
         before = self.scaler.get_scale() if self.scaler is not None else None
-        output = super().optimizer_step(optimizer, model, closure, **kwargs)
+        output = step()
         if self.scaler is not None and self._overflow is not None and before is not None:
             self._overflow.after_step(self.scaler.get_scale() < before, self.scaler.get_scale(), self.spec)
         return output

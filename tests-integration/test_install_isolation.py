@@ -5,19 +5,21 @@
   with the ``pip install precision-deepspeed`` hint;
 * ``precision-deepspeed`` resolves ``"deepspeed:..."`` to its plugin, and ``"fsdp:..."`` gives its hint.
 
-One venv per case, reused by its assertions. Dependencies come from the configured package index; torch is pinned to
-the exact build this interpreter runs (e.g. ``2.13.0+cpu``, a local CPU wheel here) so a fresh venv does not pull a
-multi-GB CUDA build. DeepSpeed is installed with ``DS_BUILD_OPS=0`` (its ops are compiled on first use). Nothing is
-mocked.
+One venv per case, removed when its test ends (one with torch takes about 1 GB of disk). Dependencies come from the
+configured package index; torch is pinned to the exact build this interpreter runs (e.g. ``2.13.0+cpu``, a local CPU
+wheel here) so a fresh venv does not pull a multi-GB CUDA build. DeepSpeed is installed with ``DS_BUILD_OPS=0`` (its
+ops are compiled on first use). Nothing is mocked.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -63,11 +65,15 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _fresh_env(root: Path, wheelhouse: Path, *requirements: str) -> Path:
+def _fresh_env(root: Path, wheelhouse: Path, *requirements: str) -> Iterator[Path]:
+    """Yields the python of a new venv at ``root`` with ``requirements`` installed; removes the venv afterwards."""
     venv.EnvBuilder(with_pip=True, clear=True).create(root)
     python = root / "bin" / "python"
-    _run([str(python), "-m", "pip", "install", "-q", "--find-links", str(wheelhouse), *requirements], timeout=600)
-    return python
+    try:
+        _run([str(python), "-m", "pip", "install", "-q", "--find-links", str(wheelhouse), *requirements], timeout=600)
+        yield python
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 TORCH = f"torch=={metadata.version('torch')}"
@@ -82,19 +88,19 @@ def _installed(python: Path) -> set[str]:
     return {d["name"].lower() for d in json.loads(listing)}
 
 
-@pytest.fixture(scope="module")
-def base_only(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
-    return _fresh_env(tmp_path_factory.mktemp("venv-base"), wheelhouse, "precision-base")
+@pytest.fixture
+def base_only(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Iterator[Path]:
+    yield from _fresh_env(tmp_path_factory.mktemp("venv-base"), wheelhouse, "precision-base")
 
 
-@pytest.fixture(scope="module")
-def fsdp_only(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
-    return _fresh_env(tmp_path_factory.mktemp("venv-fsdp"), wheelhouse, "precision-fsdp", TORCH)
+@pytest.fixture
+def fsdp_only(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Iterator[Path]:
+    yield from _fresh_env(tmp_path_factory.mktemp("venv-fsdp"), wheelhouse, "precision-fsdp", TORCH)
 
 
-@pytest.fixture(scope="module")
-def deepspeed_only(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
-    return _fresh_env(tmp_path_factory.mktemp("venv-deepspeed"), wheelhouse, "precision-deepspeed", TORCH)
+@pytest.fixture
+def deepspeed_only(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Iterator[Path]:
+    yield from _fresh_env(tmp_path_factory.mktemp("venv-deepspeed"), wheelhouse, "precision-deepspeed", TORCH)
 
 
 def test_base_alone_installs_no_backend(base_only: Path) -> None:

@@ -9,7 +9,9 @@
 * a plugin wheel registers its backend (from the package list) in the ``precision_base.plugins`` group;
 * the wheel holds ``py.typed``, ``__about__.py`` and the LICENSE, no tests, no ``__pycache__``; the sdist holds
   the README, the CHANGELOG, the LICENSE, the pyproject and the tests;
-* with ``--release``: the CHANGELOG has an entry for the version (``nox -s bump`` writes it).
+* with ``--release``: the CHANGELOG has an entry for the version (``nox -s bump`` writes it); a plugin's
+  ``precision-base`` floor is at least the precision-base version in this tree (the one its tests ran against), and
+  precision-base has no unreleased changes (``changelog.d/`` fragments): release precision-base first.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import Version
 
 from tools.packages import ROOT, Package, find, packages
 
@@ -50,7 +53,39 @@ def check_requirements(pkg: Package, requires: list[Requirement], base: str = "p
     return problems
 
 
-def check_wheel(path: Path, pkg: Package, base: str = "precision-base") -> list[str]:
+def unreleased(pkg: Package) -> list[str]:
+    """The changelog fragments of ``pkg`` not yet rendered into its CHANGELOG.md (``changelog.d/<name>.<type>.md``)."""
+    folder = pkg.path / "changelog.d"
+    return sorted(f.name for f in folder.glob("*.md") if f.name != "README.md") if folder.is_dir() else []
+
+
+def check_release_floor(pkg: Package, requires: list[Requirement], base: Package) -> list[str]:
+    """A plugin released from this tree must not admit a precision-base older than the tree's, nor ship while
+    precision-base has changes no release carries: its tests ran against this tree's precision-base."""
+    problems = []
+    pending = unreleased(base)
+    if pending:
+        problems.append(
+            f"{pkg.dist} was tested against unreleased changes of {base.dist} ({base.path.name}/changelog.d/ "
+            f"holds {len(pending)}, e.g. {pending[0]}): release {base.dist} first "
+            f"(`nox -s bump -- {base.dist} <how>`), then raise {pkg.dist}'s floor to its version"
+        )
+    tree = Version(base.version())
+    for req in requires:
+        if canonicalize_name(req.name) != base.dist:
+            continue
+        floors = [Version(s.version) for s in req.specifier if s.operator == ">="]
+        if floors and max(floors) < tree:
+            problems.append(
+                f"{pkg.dist} requires {req}, but its tests ran against {base.dist} {tree}: "
+                f"raise the floor to {base.dist}>={tree}"
+            )
+    return problems
+
+
+def check_wheel(
+    path: Path, pkg: Package, base: str = "precision-base", release_base: Package | None = None
+) -> list[str]:
     problems: list[str] = []
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
@@ -66,6 +101,8 @@ def check_wheel(path: Path, pkg: Package, base: str = "precision-base") -> list[
     if version != pkg.version():
         problems.append(f"{path.name}: metadata version {version} != {pkg.about} version {pkg.version()}")
     problems += [f"{path.name}: {p}" for p in check_requirements(pkg, requires, base)]
+    if release_base is not None and pkg.dist != release_base.dist:
+        problems += [f"{path.name}: {p}" for p in check_release_floor(pkg, requires, release_base)]
     if f"{info_dir}/licenses/LICENSE" not in names:
         problems.append(f"{path.name}: missing {info_dir}/licenses/LICENSE")
     for required in (f"{pkg.module}/__init__.py", f"{pkg.module}/__about__.py", f"{pkg.module}/py.typed"):
@@ -131,8 +168,11 @@ def check_dir(
         if only is not None and canonicalize_name(dist_name) != canonicalize_name(only):
             continue
         pkg = find(str(dist_name), root)
-        base = next(iter(packages(root).values())).dist
-        problems += check_wheel(path, pkg, base) if kind == "wheel" else check_sdist(path, pkg, release)
+        base = next(iter(packages(root).values()))
+        if kind == "wheel":
+            problems += check_wheel(path, pkg, base.dist, base if release else None)
+        else:
+            problems += check_sdist(path, pkg, release)
         seen.setdefault(pkg.dist, set()).add(kind)
         checked.append(path.name)
     for dist, kinds in seen.items():
@@ -158,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dist_dir", type=Path)
     parser.add_argument("--package", help="check only this distribution's files")
-    parser.add_argument("--release", action="store_true", help="also require a CHANGELOG entry for the version")
+    parser.add_argument(
+        "--release", action="store_true", help="also require a CHANGELOG entry and a current precision-base floor"
+    )
     args = parser.parse_args(argv)
     checked, problems = check_dir(args.dist_dir, args.package, release=args.release)
     for name in checked:

@@ -24,7 +24,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_package_list(root, ROWS[:2])
     out = root / "dist"
     build(make_package(root, "precision-base", ["packaging>=22"], entry_point=False), out)
-    build(make_package(root, "precision-fsdp", ["precision-base>=0.1,<1", "torch>=2.6"], entry_point=True), out)
+    build(make_package(root, "precision-fsdp", ["precision-base>=0.3,<1", "torch>=2.6"], entry_point=True), out)
     return root
 
 
@@ -85,6 +85,28 @@ def test_release_needs_a_changelog_entry_for_the_version(built: Path) -> None:
         "precision_fsdp-0.3.0.tar.gz: CHANGELOG.md has no '## [0.3.0]' entry; "
         "run `nox -s bump -- precision-fsdp <how>` first"
     ]
+
+
+def test_release_of_a_plugin_needs_a_released_current_precision_base(tmp_path: Path) -> None:
+    pytest.importorskip("build")
+    write_package_list(tmp_path, ROWS[:2])
+    base = make_package(tmp_path, "precision-base", ["packaging>=22"], entry_point=False)
+    fsdp = make_package(tmp_path, "precision-fsdp", ["precision-base>=0.1,<1"], entry_point=True)
+    fsdp.changelog.write_text(fsdp.changelog.read_text() + "\n## [0.3.0] - 2026-11-30\n")
+    (base.path / "changelog.d").mkdir()
+    (base.path / "changelog.d" / "README.md").write_text("not a fragment\n")
+    (base.path / "changelog.d" / "12.added.md").write_text("A new helper the plugins call.\n")
+    build(fsdp, tmp_path / "dist")
+    _, problems = check_dir(tmp_path / "dist", only="precision-fsdp", root=tmp_path, release=True)
+    assert [p.split(".whl: ", 1)[1] for p in problems] == [
+        "precision-fsdp was tested against unreleased changes of precision-base (precision-base/changelog.d/ "
+        "holds 1, e.g. 12.added.md): release precision-base first (`nox -s bump -- precision-base <how>`), "
+        "then raise precision-fsdp's floor to its version",
+        "precision-fsdp requires precision-base<1,>=0.1, but its tests ran against precision-base 0.3.0: "
+        "raise the floor to precision-base>=0.3.0",
+    ]
+    _, problems = check_dir(tmp_path / "dist", only="precision-fsdp", root=tmp_path)  # not a release: no rule
+    assert problems == []
 
 
 def test_every_package_of_the_repository_carries_the_license_text() -> None:

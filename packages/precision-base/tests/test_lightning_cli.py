@@ -75,6 +75,10 @@ _IN_FSDP_CELLS = "needs precision-fsdp installed: runs in its cells (tools/matri
 
 def test_cli_with_a_user_trainer_subclass_and_the_fsdp_plugin() -> None:
     pytest.importorskip("precision_fsdp", reason=_IN_FSDP_CELLS)
+    from precision_fsdp._compat import fsdp2_cpu_problem
+
+    if (problem := fsdp2_cpu_problem()) is not None:
+        pytest.skip(f"FSDP2 on CPU needs a newer torch: {problem}")
     cli = run_cli(["fit", "--trainer.precision_plugin", "fsdp:bf16-mixed", *COMMON], MyTrainer)
     plugin = cli.trainer.precision_plugin
     assert type(plugin).__module__ == "precision_fsdp.plugin"

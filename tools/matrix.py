@@ -213,6 +213,7 @@ def table(update_docs: bool = False, merge: bool = False, reports: Path = REPORT
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{matrix['python']['default']} by default; see each cell's Python",
         "duration_min": round((max(ended) - min(started)) / 60, 1) if started else None,
+        "cell_min": round(sum(float(c["duration_s"]) for c in results if "duration_s" in c) / 60, 1),
         "cells_run": f"{len(results)} cells reported; {listed} are defined",
         "excluded": [f"{r['match']}: {r['reason']}" for r in matrix.get("exclude", [])]
         + list(matrix.get("left_out", {}).get("notes", [])),

@@ -81,9 +81,9 @@ def _cells() -> list[dict[str, object]]:
 def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
     cells = _cells()
     md, js = tmp_path / "c.md", tmp_path / "c.json"
-    write(cells, {"date": "2025-01-01", "duration_min": 3.5, "excluded": ["a: b"]}, md, js)
+    write(cells, {"date": "2025-01-01", "duration_min": 3.5, "cell_min": 6.0, "excluded": ["a: b"]}, md, js)
     text = md.read_text()
-    assert "**1 of 2 cells passed**." in text
+    assert "the run took 3.5 minutes (6.0 minutes of cells one after another). **1 of 2 cells passed**." in text
     row = (
         "| `torch=2.13, lightning=2.6` | ✅ passed | 9 passed, 0 failed, 1 skipped, 2 xfailed | ✅ trains (8 checks) "
         "| 2.13.0+cpu | 2.6.6 | - | 0.1.0 | 3.11.7 | native fp16: no |"

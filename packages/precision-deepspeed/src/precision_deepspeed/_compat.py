@@ -8,7 +8,7 @@ feature detection (never by comparing version numbers).
 Lightning symbols are looked up in the namespace of the object at hand (``lightning.pytorch`` or
 ``pytorch_lightning``), so the same code serves both.
 
-Importing this module imports torch but neither Lightning nor DeepSpeed.
+Importing this module imports none of torch, Lightning and DeepSpeed; its functions import what they ask about.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
-
-import torch
 
 
 @dataclass(frozen=True)
@@ -174,7 +172,12 @@ FENCED: tuple[Fenced, ...] = (
         ("self", "overflow"),
         "an overflow at the lowest loss scale raises MIN_LOSS_SCALE_MESSAGE",
     ),
-    Fenced("torch", "ops.mkldnn._is_mkldnn_fp16_supported", None, "DeepSpeed's CPU fp16 probe", optional=True),
+    Fenced(
+        "deepspeed.accelerator.cpu_accelerator",
+        "CPU_Accelerator.is_fp16_supported",
+        ("self",),
+        "refuse fp16 on a CPU before DeepSpeed's engine does",
+    ),
     Fenced(
         "deepspeed.runtime.engine",
         "DeepSpeedEngine._get_optimizer_loss_scale",
@@ -332,12 +335,12 @@ def deepspeed_checks_bf16_overflow() -> bool:
 
 
 def cpu_supports_fp16() -> bool:
-    """Whether DeepSpeed's CPU accelerator accepts fp16 here: DeepSpeed asks oneDNN the same question.
+    """Whether DeepSpeed's CPU accelerator accepts fp16 here: its own answer, which its engine checks at start-up
+    ("Type fp16 is not supported on your device."). DeepSpeed 0.16.0 always says no; later releases ask oneDNN
+    (AVX512-FP16 or AMX-FP16). Imports DeepSpeed."""
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
-    A torch without the probe counts as unsupported, as DeepSpeed's CPU accelerator treats it.
-    """
-    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_fp16_supported", None)
-    return bool(probe()) if probe is not None else False
+    return bool(CPU_Accelerator().is_fp16_supported())  # None (not False) where oneDNN says no, in some releases
 
 
 #: The start of the exception DeepSpeed's dynamic loss scaler raises when a step overflows at the lowest scale.

@@ -131,7 +131,9 @@ def define_cells(pkg: Package) -> None:
         with matrix.reporting(session.name, matrix.Cell(pkg.dist, PYTHON, variant="lowest")) as report:
             targets = [*local_paths(pkg)[:-1], f"{pkg.path}[lightning]" if pkg is BASE else str(pkg.path)]
             tmp = Path(session.create_tmp())
-            (tmp / "torch.txt").write_text(matrix.ci_requirement("torch", MATRIX) + "\n")  # when no torch floor
+            # torch at its floor where the package declares one; else (precision-base) the CI cell's torch, not the
+            # newest release that Lightning's own `torch>=` would bring
+            (tmp / "torch.txt").write_text("" if pkg.requires("torch") else matrix.ci_requirement("torch", MATRIX))
             session.install("--resolution", "lowest-direct", "-c", str(tmp / "torch.txt"), *targets, env=DS_ENV)
             frozen = str(session.run("uv", "pip", "freeze", silent=True)).splitlines()
             (tmp / "floors.txt").write_text("\n".join(pin for pin in frozen if "==" in pin and " @ " not in pin) + "\n")

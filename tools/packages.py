@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,6 +60,11 @@ class Package:
 
     def version(self) -> str:
         return read_version(self.about)
+
+    def requires(self, name: str) -> bool:
+        """Whether the package's run-time dependencies (not its extras) name the distribution ``name``."""
+        deps = tomllib.loads(self.pyproject.read_text(encoding="utf-8"))["project"].get("dependencies", [])
+        return any(Requirement(dep).name == name for dep in deps)
 
 
 def read_version(about: Path) -> str:

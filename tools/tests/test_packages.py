@@ -130,3 +130,11 @@ def test_package_readmes_link_absolutely_and_metadata_names_the_published_docs()
         urls = tomllib.loads(pkg.pyproject.read_text())["project"]["urls"]
         assert urls["Documentation"] == DOCS_URL, pkg.dist
     assert DOCS_URL in (ROOT / ".github" / "workflows" / "docs.yml").read_text()
+
+
+def test_requires_reads_run_time_dependencies_not_extras() -> None:
+    """lowest-<module> keeps torch at its declared floor only where the package declares one."""
+    found = {pkg.dist: (pkg.requires("torch"), pkg.requires("lightning")) for pkg in packages().values()}
+    assert found["precision-base"] == (False, False)  # Lightning only through the [lightning] extra
+    assert found["precision-fsdp"] == (True, True)
+    assert found["precision-deepspeed"] == (True, True)

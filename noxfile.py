@@ -137,8 +137,10 @@ def define_cells(pkg: Package) -> None:
             session.install("--resolution", "lowest-direct", "-c", str(tmp / "torch.txt"), *targets, env=DS_ENV)
             frozen = str(session.run("uv", "pip", "freeze", silent=True)).splitlines()
             (tmp / "floors.txt").write_text("\n".join(pin for pin in frozen if "==" in pin and " @ " not in pin) + "\n")
-            # test tools must not lift a floor; pip: a uv venv has none, and tests install wheels with it
-            session.install("-c", str(tmp / "floors.txt"), *TEST_DEPS, "pip")
+            # test tools must not lift a floor. A uv venv has neither pip (tests install wheels with it) nor
+            # setuptools (DeepSpeed builds its CPU op with torch.utils.cpp_extension, which imports it; torch 2.4
+            # requires it only on Python >= 3.12)
+            session.install("-c", str(tmp / "floors.txt"), *TEST_DEPS, "pip", "setuptools")
             run_pytest(session, report, matrix.test_paths(pkg, MATRIX), DS_ENV)
 
     lowest.__doc__ = f"{pkg.dist}'s tests with every direct dependency at its floor (uv --resolution lowest-direct)."

@@ -6,8 +6,9 @@ that trains every CPU-capable precision three times: uninterrupted for 3 epochs,
 
 * ``32-true``, ``bf16-true``, ``bf16-mixed``: DeepSpeed's native modes, ZeRO 1, 2, 3.
 * ``16-mixed``/``16-true`` in DeepSpeed's native fp16 mode need native fp16 in DeepSpeed's CPU accelerator
-  (oneDNN fp16: AVX512-FP16/AMX-FP16); without it DeepSpeed refuses fp16 and the front door says so up front
-  (checked in the unit tests). ``16-mixed`` and ``bf16-mixed`` with ``torch_autocast=True`` run on any CPU.
+  (oneDNN fp16: AVX512-FP16/AMX-FP16, DeepSpeed >= 0.16.8); without it DeepSpeed refuses fp16 and the front door
+  says so up front (checked in the unit tests). ``16-mixed`` and ``bf16-mixed`` with ``torch_autocast=True`` run on
+  any CPU.
 
 Resume tolerance: the resumed run's fp32 master weights and per-step losses must match the uninterrupted run to
 1e-6 absolute (on this CPU they are bitwise equal: same ops, same order, same data).
@@ -282,7 +283,7 @@ def test_lightning_trainer_with_every_fp16_loss_scaling_knob(door_runs: dict[str
     from precision_deepspeed import _compat
 
     if not _compat.cpu_supports_fp16():
-        pytest.skip("DeepSpeed's CPU accelerator has no fp16 here (oneDNN fp16: AVX512-FP16 or AMX-FP16)")
+        pytest.skip("DeepSpeed refuses fp16 on this CPU (DeepSpeed < 0.16.8, or no oneDNN fp16)")
     run = door_runs["lightning-16-mixed-knobs"]
     assert run["fp16_enabled"] is True
     assert {k: run["config"]["fp16"][k] for k in FP16_OPTIONS} == FP16_OPTIONS
@@ -355,7 +356,7 @@ def test_resume_under_another_precision_is_refused_naming_both(
 ) -> None:
     assert resume_runs["save-bf16"] == resume_runs["save-32"] == {"error": None, "global_step": 2}
     if case not in resume_runs:
-        pytest.skip("DeepSpeed's CPU accelerator has no fp16 here (oneDNN fp16: AVX512-FP16 or AMX-FP16)")
+        pytest.skip("DeepSpeed refuses fp16 on this CPU (DeepSpeed < 0.16.8, or no oneDNN fp16)")
     run = resume_runs[case]
     assert run["error"] == "CheckpointPrecisionError", run
     assert f"under {resumed}: it was saved under {saved}." in run["message"]

@@ -336,8 +336,8 @@ def deepspeed_checks_bf16_overflow() -> bool:
 
 def cpu_supports_fp16() -> bool:
     """Whether DeepSpeed's CPU accelerator accepts fp16 here: its own answer, which its engine checks at start-up
-    ("Type fp16 is not supported on your device."). DeepSpeed 0.16.0 always says no; later releases ask oneDNN
-    (AVX512-FP16 or AMX-FP16). Imports DeepSpeed."""
+    ("Type fp16 is not supported on your device."). DeepSpeed up to 0.16.7 always says no; 0.16.8 and later ask
+    oneDNN (AVX512-FP16 or AMX-FP16). Imports DeepSpeed."""
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
     return bool(CPU_Accelerator().is_fp16_supported())  # None (not False) where oneDNN says no, in some releases

@@ -37,6 +37,7 @@ from precision_deepspeed.config import (
     write_into_config,
 )
 from precision_deepspeed.plugin import DeepSpeedPrecisionError, DeepSpeedPrecisionImpl
+from precision_deepspeed.selection import cpu_fp16_refusal
 from precision_deepspeed.strategy import DeepSpeedCPUStrategy as _TrainerCPUStrategy
 from precision_deepspeed.strategy import user_config_conflicts, write_plugin_config
 
@@ -95,10 +96,7 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
         else:
             raise wrong_strategy_error(self.spec, strategy, remedy)
         if cpu and not self.torch_autocast and self.precision in HALF_PRECISIONS and not _compat.cpu_supports_fp16():
-            raise TrainerConfigurationError(
-                f"{self.spec} on the CPU: DeepSpeed's fp16 mode needs native fp16 support in its CPU accelerator "
-                "(oneDNN fp16), which this CPU lacks. Use 'deepspeed:bf16-mixed'."
-            )
+            raise TrainerConfigurationError(cpu_fp16_refusal(self.spec))
         problems = user_config_conflicts(resolved, self.precision_section())
         if problems:
             raise DeepSpeedConfigConflictError(conflict_message(self.spec, problems))

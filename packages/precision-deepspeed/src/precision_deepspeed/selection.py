@@ -16,6 +16,15 @@ from precision_deepspeed.config import HALF_PRECISIONS, DeepSpeedConfigConflictE
 from precision_deepspeed.strategy import DeepSpeedCPUStrategy, user_config_conflicts
 
 
+def cpu_fp16_refusal(owner: str) -> str:
+    """Why DeepSpeed's fp16 mode cannot run on this CPU (``_compat.cpu_supports_fp16()`` said no), and what can."""
+    return (
+        f"{owner} on the CPU: DeepSpeed's CPU accelerator refuses its fp16 mode here (DeepSpeed runs fp16 on a CPU "
+        "from 0.16.8, and only with oneDNN's native fp16: AVX512-FP16 or AMX-FP16). Use 'deepspeed:bf16-mixed', or "
+        "precision_deepspeed.DeepSpeedPrecision('16-mixed', torch_autocast=True) for fp16 autocast."
+    )
+
+
 def _strategies(namespace: str) -> Any:
     return importlib.import_module(f"{namespace}.strategies")
 
@@ -89,11 +98,7 @@ def resolve_strategy(
     else:
         raise wrong_strategy_error(owner, strategy, remedy)
     if cpu and native_fp16 and precision in HALF_PRECISIONS and not _compat.cpu_supports_fp16():
-        raise TrainerConfigurationError(
-            f"{owner} on the CPU: DeepSpeed's fp16 mode needs native fp16 support in its CPU accelerator (oneDNN fp16, "
-            "i.e. AVX512-FP16 or AMX-FP16), which this CPU lacks. Use 'deepspeed:bf16-mixed', or "
-            "precision_deepspeed.DeepSpeedPrecision('16-mixed', torch_autocast=True) for fp16 autocast."
-        )
+        raise TrainerConfigurationError(cpu_fp16_refusal(owner))
     problems = user_config_conflicts(resolved, section)
     if problems:
         raise DeepSpeedConfigConflictError(conflict_message(owner, problems))

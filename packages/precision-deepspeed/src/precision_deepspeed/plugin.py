@@ -534,7 +534,7 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, _LightningDeepSpeedPrecision): 
             parameters DeepSpeed communicates in the autocast dtype.
         max_skipped_steps: stop with :class:`DeepSpeedPrecisionError` after this many optimizer steps in a row that
             DeepSpeed skipped for non-finite gradients (fp16 overflows; bf16: the plugin turns on DeepSpeed's
-            ``check_grad_overflow``, absent in DeepSpeed 0.16); ``None`` (default): never stop, as DeepSpeed does.
+            ``check_grad_overflow``, absent before DeepSpeed 0.17); ``None`` (default): never stop, as DeepSpeed does.
         keep_fp32: with ``torch_autocast=True``: modules (qualified-name patterns relative to the LightningModule,
             and/or ``torch.nn.Module`` classes) that compute in float32 with autocast off inside; see
             :mod:`precision_deepspeed.keep_fp32`. Refused without ``torch_autocast`` (DeepSpeed's native modes cast

@@ -365,7 +365,7 @@ def test_max_skipped_steps_turns_on_deepspeeds_bf16_overflow_check_where_it_exis
     if __import__("precision_deepspeed._compat")._compat.deepspeed_checks_bf16_overflow():
         section = DeepSpeedPrecision("bf16-mixed", max_skipped_steps=2).precision_section()
         assert section["bf16"] == {"enabled": True, "check_grad_overflow": True}
-    else:  # DeepSpeed 0.16: bf16 never skips a step, so the limit could never be reached
+    else:  # DeepSpeed before 0.17: bf16 never skips a step, so the limit could never be reached
         with pytest.raises(ValueError) as info:
             DeepSpeedPrecision("bf16-mixed", max_skipped_steps=2)
         assert str(info.value) == (

@@ -131,7 +131,8 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
                 first, then what to do.
         """
         try:
-            return optimizer.step(**kwargs)
+            with torch.no_grad():  # as in the Trainer plugin's optimizer_step
+                return optimizer.step(**kwargs)
         except Exception as exc:
             if not _compat.is_min_loss_scale_error(exc):
                 raise

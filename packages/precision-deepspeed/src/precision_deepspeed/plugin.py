@@ -391,7 +391,9 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         closure: Callable[[], Any],
         **kwargs: Any,
     ) -> Any:
-        """Run the closure (forward and backward), the pre-step hooks, then ``engine.step(**kwargs)``.
+        """Run the closure (forward and backward), the pre-step hooks, then ``engine.step(**kwargs)`` under
+        ``torch.no_grad()`` (without it, DeepSpeed 0.18's ZeRO-2 step fails on gloo with torch 2.13+: "Output 0 of
+        Split is a view and is being modified inplace.").
 
         Raises:
             DeepSpeedPrecisionError: the optimizer is ``torch.optim.LBFGS``, ``training_step`` returned ``None``
@@ -414,7 +416,8 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
             )
         engine = self._engine(model)
         try:
-            result = engine.step(**kwargs)
+            with torch.no_grad():  # as torch's optimizers step; DeepSpeed 0.18's ZeRO all-gather needs it on gloo
+                result = engine.step(**kwargs)
         except Exception as exc:
             if not _compat.is_min_loss_scale_error(exc):
                 raise

@@ -23,19 +23,30 @@ SAVE_AFTER = 1
 BATCHES_PER_RANK = 2
 BATCH = 8
 CPU_PRECISIONS = ("32-true", "bf16-true", "bf16-mixed")
+STALE_LOCK_S = 15 * 60  # a first build of the op takes 1-3 min here, even on loaded cores
 
 
 def extensions_dir() -> str:
-    """A torch-extensions folder of this DeepSpeed version's own.
+    """A torch-extensions folder of this DeepSpeed, torch and Python version's own, for ``TORCH_EXTENSIONS_DIR``.
 
-    DeepSpeed compiles its CPU shared-memory op on first use into ``TORCH_EXTENSIONS_DIR``; environments with other
-    DeepSpeed versions sharing the default folder rebuild it over each other (seen: a module of another version
-    loaded, lacking ``vector_kernel_level``).
+    DeepSpeed compiles its CPU shared-memory op on first use into that folder; environments with other versions
+    sharing one folder rebuild it over each other (seen: a module of another version loaded, lacking
+    ``vector_kernel_level``). A build killed half-way leaves its ``lock`` file behind, and every later build in the
+    folder waits for it to go; a lock older than ``STALE_LOCK_S`` is removed here, saying so.
     """
+    import sys
+    import time
     from importlib import metadata
 
-    version = metadata.version("deepspeed")
-    return str(Path.home() / ".cache" / "torch_extensions" / f"deepspeed-{version}")
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    name = f"deepspeed-{metadata.version('deepspeed')}-torch-{metadata.version('torch')}-{python}"
+    folder = Path.home() / ".cache" / "torch_extensions" / name
+    for lock in folder.glob("*/lock"):
+        age = time.time() - lock.stat().st_mtime
+        if age > STALE_LOCK_S:
+            print(f"removing a DeepSpeed build lock left {age / 60:.0f} min ago: {lock}", file=sys.stderr)
+            lock.unlink(missing_ok=True)
+    return str(folder)
 
 
 def run_script(args: list[str], out: Path, timeout: float = 600) -> dict[str, Any]:

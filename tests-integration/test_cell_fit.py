@@ -15,7 +15,6 @@ loss falls (mean of the last 4 steps below 80% of the mean of the first 4; measu
 from __future__ import annotations
 
 import math
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -56,15 +55,9 @@ def _cannot_run_here(backend: str) -> str | None:
 def _env(backend: str) -> dict[str, str]:
     if backend != "deepspeed":
         return {}
-    # DeepSpeed compiles its CPU ops into TORCH_EXTENSIONS_DIR; keep one folder per DeepSpeed, torch and Python
-    # version so that cells with other versions never load each other's builds.
-    python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    version = f"deepspeed-{metadata.version('deepspeed')}-torch-{metadata.version('torch')}-{python}"
-    return {
-        "DS_BUILD_OPS": "0",
-        "DS_SKIP_CUDA_CHECK": "1",
-        "TORCH_EXTENSIONS_DIR": str(Path.home() / ".cache" / "torch_extensions" / version),
-    }
+    from _deepspeed_helpers import extensions_dir
+
+    return {"DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1", "TORCH_EXTENSIONS_DIR": extensions_dir()}
 
 
 _RUNS: dict[str, dict[str, Any]] = {}

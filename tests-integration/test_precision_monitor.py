@@ -19,11 +19,14 @@ def _fsdp2_cpu_problem() -> str | None:
 
 
 def _deepspeed_env() -> dict[str, str]:
-    from importlib import metadata
+    from _deepspeed_helpers import extensions_dir
 
-    version = metadata.version("deepspeed")  # a torch-extensions folder of this DeepSpeed's own, as the other tests
-    folder = Path.home() / ".cache" / "torch_extensions" / f"deepspeed-{version}"
-    return {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": str(folder), "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
+    return {
+        "OMP_NUM_THREADS": "1",
+        "TORCH_EXTENSIONS_DIR": extensions_dir(),
+        "DS_BUILD_OPS": "0",
+        "DS_SKIP_CUDA_CHECK": "1",
+    }
 
 
 def _run(function: str, tmp_path: Path, **args: Any) -> dict[str, Any]:

@@ -48,7 +48,8 @@ def _cannot_run_here(backend: str) -> str | None:
     if backend == "fsdp":
         from precision_fsdp._compat import fsdp2_cpu_problem
 
-        return fsdp2_cpu_problem()
+        problem = fsdp2_cpu_problem()
+        return None if problem is None else f"FSDP2 on CPU needs a newer torch: {problem}"
     return None
 
 

@@ -21,7 +21,9 @@ def _fsdp2_cpu_problem() -> str | None:
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(_fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU: {_fsdp2_cpu_problem()}"),
+    pytest.mark.skipif(
+        _fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {_fsdp2_cpu_problem()}"
+    ),
 ]
 
 STEPS = 6

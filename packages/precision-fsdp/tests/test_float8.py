@@ -99,7 +99,7 @@ def test_keep_fp32_modules_are_never_converted() -> None:
     assert type(model[2]) is nn.Linear
 
 
-@pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU: {fsdp2_cpu_problem()}")
+@pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {fsdp2_cpu_problem()}")
 def test_sub_module_sharded_first_converts_nothing_and_is_refused() -> None:
     """Sharding a 2-Linear block before the whole model: the block's first and last Linear stay high precision, so
     nothing is converted; setup refuses instead of training silently without float8."""

@@ -55,7 +55,7 @@ def test_fsdp1_is_refused() -> None:
         plugin.configure_strategy(FSDPStrategy(), accelerator="cuda", devices=2)
 
 
-@pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU: {fsdp2_cpu_problem()}")
+@pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {fsdp2_cpu_problem()}")
 def test_kept_module_sharded_inside_another_unit_is_refused(tmp_path: object) -> None:
     from precision_fsdp._compat import fully_shard
 
@@ -67,7 +67,7 @@ def test_kept_module_sharded_inside_another_unit_is_refused(tmp_path: object) ->
             plugin.convert_module(model)
 
 
-@pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU: {fsdp2_cpu_problem()}")
+@pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {fsdp2_cpu_problem()}")
 def test_one_rank_fully_shard_dtypes() -> None:
     with process_group():
         plugin = FSDPPrecision("16-true", keep_fp32=(nn.LayerNorm, "lm_head"))

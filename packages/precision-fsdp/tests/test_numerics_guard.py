@@ -12,7 +12,9 @@ from precision_base import PrecisionPluginWarning
 from precision_base.testing.models import QUIET, TinyRegressor
 from precision_fsdp._compat import fsdp2_cpu_problem
 
-pytestmark = pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU: {fsdp2_cpu_problem()}")
+pytestmark = pytest.mark.skipif(
+    fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {fsdp2_cpu_problem()}"
+)
 
 
 class _Adam(TinyRegressor):

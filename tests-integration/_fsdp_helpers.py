@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from precision_base.testing.launch import run_ranks
@@ -15,6 +16,20 @@ INF_STEP = 2
 """The 16-mixed run fills rank 1's gradient shard with inf at this step."""
 
 RUN_TIMEOUT_S = 240
+
+
+def fsdp2_cpu_skip_reason() -> str | None:
+    """Why FSDP2 cannot run on this CPU with the installed torch (the skip reason of every such test), or ``None``."""
+    from precision_fsdp._compat import fsdp2_cpu_problem
+
+    problem = fsdp2_cpu_problem()
+    return None if problem is None else f"FSDP2 on CPU needs a newer torch: {problem}"
+
+
+def needs_fsdp2_on_cpu() -> pytest.MarkDecorator:
+    """``skipif`` for tests that run FSDP2 on a CPU, with :func:`fsdp2_cpu_skip_reason` as the reason."""
+    reason = fsdp2_cpu_skip_reason()
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
 def cpu_precisions() -> list[str]:

@@ -46,10 +46,9 @@ def _installed(dist: str) -> bool:
 def _cannot_run_here(backend: str) -> str | None:
     """Why this backend cannot train on this CPU with the installed versions, or ``None``."""
     if backend == "fsdp":
-        from precision_fsdp._compat import fsdp2_cpu_problem
+        from _fsdp_helpers import fsdp2_cpu_skip_reason
 
-        problem = fsdp2_cpu_problem()
-        return None if problem is None else f"FSDP2 on CPU needs a newer torch: {problem}"
+        return fsdp2_cpu_skip_reason()
     return None
 
 

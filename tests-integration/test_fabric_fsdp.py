@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from _fabric_fsdp import INF_STEP, SAVE_AT, STEPS
-from _fsdp_helpers import cpu_precisions
+from _fsdp_helpers import cpu_precisions, needs_fsdp2_on_cpu
 
 import precision_base
 from precision_base.testing.launch import run_ranks
@@ -24,17 +24,9 @@ from precision_base.testing.launch import run_ranks
 HERE = Path(__file__).parent
 
 
-def _fsdp2_cpu_problem() -> str | None:
-    from precision_fsdp._compat import fsdp2_cpu_problem
-
-    return fsdp2_cpu_problem()
-
-
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        _fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {_fsdp2_cpu_problem()}"
-    ),
+    needs_fsdp2_on_cpu(),
 ]
 
 PRECISIONS = cpu_precisions()

@@ -7,23 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _fsdp_helpers import needs_fsdp2_on_cpu
 
 from precision_base.testing.launch import run_ranks
 
 pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
 
 
-def _fsdp2_cpu_problem() -> str | None:
-    from precision_fsdp._compat import fsdp2_cpu_problem
-
-    return fsdp2_cpu_problem()
-
-
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        _fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {_fsdp2_cpu_problem()}"
-    ),
+    needs_fsdp2_on_cpu(),
 ]
 
 STEPS = 6

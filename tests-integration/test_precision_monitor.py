@@ -6,16 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _fsdp_helpers import needs_fsdp2_on_cpu
 
 from precision_base.testing.launch import run_ranks
 
 RUNS = Path(__file__).with_name("_monitor_runs.py")
-
-
-def _fsdp2_cpu_problem() -> str | None:
-    from precision_fsdp._compat import fsdp2_cpu_problem
-
-    return fsdp2_cpu_problem()
 
 
 def _deepspeed_env() -> dict[str, str]:
@@ -38,9 +33,7 @@ def _run(function: str, tmp_path: Path, **args: Any) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    _fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {_fsdp2_cpu_problem()}"
-)
+@needs_fsdp2_on_cpu()
 def test_fsdp2_16_mixed_logs_scale_and_skipped_steps(tmp_path: Path) -> None:
     """Inf gradients on rank 1 only at step 2: every rank skips it, the skipped counter moves, the scale halves."""
     result = _run("fsdp", tmp_path, inf_step=2, steps=5)
@@ -67,9 +60,7 @@ def test_fsdp2_16_mixed_logs_scale_and_skipped_steps(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    _fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {_fsdp2_cpu_problem()}"
-)
+@needs_fsdp2_on_cpu()
 def test_plugin_reporting_nothing_logs_nothing(tmp_path: Path) -> None:
     """``fsdp:bf16-mixed`` (no scaler, no finite check) reports only the clipping norm; ``fsdp:32-true`` likewise."""
     result = _run("fsdp", tmp_path, inf_step=-1, steps=4, interval=2, spec="fsdp:bf16-mixed")

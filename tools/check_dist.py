@@ -6,6 +6,7 @@
 * the version in the wheel's metadata equals ``__about__.__version__`` of the package in this tree;
 * dependencies: none on what the package list (``[tool.precision-plugins]`` in pyproject.toml) forbids it
   (outside extras); plugins require ``precision-base`` with a floor and a major cap and never pin it with ``==``;
+  every requirement on a distribution of :data:`BANNED` (extras included) excludes each of its banned versions;
 * a plugin wheel registers its backend (from the package list) in the ``precision_base.plugins`` group;
 * the wheel holds ``py.typed``, ``__about__.py`` and the LICENSE, no tests, no ``__pycache__``; the sdist holds
   the README, the CHANGELOG, the LICENSE, the pyproject and the tests;
@@ -32,6 +33,12 @@ from tools.packages import ROOT, Package, find, packages
 
 LICENSE_TEXT = "Apache License"
 
+BANNED: dict[str, tuple[tuple[str, ...], str]] = {
+    name: (("2.6.2", "2.6.3"), "malicious releases, advisory GHSA-w37p-236h-pfx3: code that runs on `import lightning`")
+    for name in ("lightning", "pytorch-lightning")
+}
+"""Versions no requirement of ours may admit: distribution -> (versions, why)."""
+
 
 def _metadata(text: str) -> tuple[str, str, list[Requirement]]:
     msg = Parser().parsestr(text)
@@ -41,6 +48,14 @@ def _metadata(text: str) -> tuple[str, str, list[Requirement]]:
 def check_requirements(pkg: Package, requires: list[Requirement], base: str = "precision-base") -> list[str]:
     problems = []
     dist = pkg.dist
+    for req in requires:  # extras included: `pip install precision-base[lightning]` must not bring them either
+        banned, why = BANNED.get(canonicalize_name(req.name), ((), ""))
+        admitted = [v for v in banned if req.specifier.contains(v, prereleases=True)]
+        if admitted:
+            excluded = ",".join(f"!={v}" for v in banned)
+            problems.append(
+                f"{dist} requires {req}, which admits {req.name} {', '.join(admitted)} ({why}): add {excluded}"
+            )
     runtime = [r for r in requires if r.marker is None or "extra" not in str(r.marker)]
     for req in runtime:
         name = canonicalize_name(req.name)

@@ -22,7 +22,7 @@ readme = "README.md"
 license = "Apache-2.0"
 license-files = ["LICENSE"]
 dependencies = [{deps}]
-{entry_points}
+{extras}{entry_points}
 [tool.hatch.version]
 path = "src/{module}/__about__.py"
 
@@ -51,8 +51,10 @@ def make_package(
     typed: bool = True,
     license_file: bool = True,
     forbid: tuple[str, ...] = (),
+    extras: dict[str, list[str]] | None = None,
 ) -> Package:
-    """A buildable package ``packages/<dist>`` (version 0.3.0) with a README, CHANGELOG, LICENSE and one test."""
+    """A buildable package ``packages/<dist>`` (version 0.3.0) with a README, CHANGELOG, LICENSE and one test;
+    ``extras``: its ``[project.optional-dependencies]``."""
     module = dist.replace("-", "_")
     path = root / "packages" / dist
     src = path / "src" / module
@@ -69,7 +71,10 @@ def make_package(
         shutil.copy(ROOT / "LICENSE", path / "LICENSE")
     backend = dist.removeprefix("precision-") if entry_point else None
     eps = f'[project.entry-points."precision_base.plugins"]\n{backend} = "{module}:INFO"\n' if backend else ""
-    text = PYPROJECT.format(dist=dist, module=module, deps=", ".join(f'"{d}"' for d in deps), entry_points=eps)
+    rows = "".join(f"{name} = [{', '.join(repr(d) for d in reqs)}]\n" for name, reqs in (extras or {}).items())
+    optional = f"[project.optional-dependencies]\n{rows}" if rows else ""
+    quoted = ", ".join(f'"{d}"' for d in deps)
+    text = PYPROJECT.format(dist=dist, module=module, deps=quoted, extras=optional, entry_points=eps)
     if not license_file:
         text = text.replace('license-files = ["LICENSE"]\n', "")
     (path / "pyproject.toml").write_text(text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,54 @@ def test_rule_breakers_are_reported(
     build(pkg, tmp_path / "dist")
     _, problems = check_dir(tmp_path / "dist", root=tmp_path)
     assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("deps", "extras", "expected"),
+    [
+        (["precision-base>=0.1,<1", "lightning>=2.4"], None, "lightning>=2.4, which admits lightning 2.6.2, 2.6.3"),
+        (["precision-base>=0.1,<1", "lightning>=2.4,!=2.6.2"], None, "which admits lightning 2.6.3 (malicious"),
+        (["precision-base>=0.1,<1", "pytorch-lightning==2.6.*"], None, "admits pytorch-lightning 2.6.2, 2.6.3"),
+        (["precision-base>=0.1,<1"], {"lightning": ["lightning>=2.5"]}, 'lightning>=2.5; extra == "lightning", which'),
+    ],
+)
+def test_a_requirement_admitting_the_malicious_lightning_releases_is_refused(
+    tmp_path: Path, deps: list[str], extras: dict[str, list[str]] | None, expected: str
+) -> None:
+    pytest.importorskip("build")
+    write_package_list(tmp_path, ROWS[:2])
+    make_package(tmp_path, "precision-base", ["packaging>=22"], entry_point=False)  # listed first, not built
+    build(make_package(tmp_path, "precision-fsdp", deps, entry_point=True, extras=extras), tmp_path / "dist")
+    _, problems = check_dir(tmp_path / "dist", root=tmp_path)
+    assert any(expected in p and "GHSA-w37p-236h-pfx3" in p and "add !=2.6.2,!=2.6.3" in p for p in problems), problems
+
+
+def test_the_real_wheels_exclude_the_malicious_lightning_releases(tmp_path: Path) -> None:
+    """The three packages of this repository, built as the release builds them, then read from the wheels'
+    METADATA: every Lightning requirement (precision-base's `[lightning]` extra included) excludes 2.6.2 and 2.6.3."""
+    pytest.importorskip("build")
+    from tools.check_dist import BANNED, _metadata
+    from tools.packages import packages
+
+    seen = {}
+    for pkg in packages().values():
+        build(pkg, tmp_path)
+        (wheel,) = tmp_path.glob(f"{pkg.module}-*.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+            _, _, requires = _metadata(zf.read(meta).decode())
+        seen[pkg.dist] = [str(r) for r in requires if r.name in BANNED]
+        for req in requires:
+            if req.name in BANNED:
+                assert not any(req.specifier.contains(v, prereleases=True) for v in BANNED[req.name][0]), req
+    assert seen == {
+        "precision-base": ['lightning!=2.6.2,!=2.6.3,>=2.4; extra == "lightning"'],
+        "precision-fsdp": ["lightning!=2.6.2,!=2.6.3,>=2.4"],
+        "precision-deepspeed": ["lightning!=2.6.2,!=2.6.3,>=2.4"],
+    }
+    checked, problems = check_dir(tmp_path)
+    assert problems == []
+    assert len(checked) == 6
 
 
 def test_version_mismatch_and_missing_sdist(built: Path, tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ that trains every CPU-capable precision three times: uninterrupted for 3 epochs,
 * ``32-true``, ``bf16-true``, ``bf16-mixed``: DeepSpeed's native modes, ZeRO 1, 2, 3.
 * ``16-mixed``/``16-true`` in DeepSpeed's native fp16 mode need native fp16 in DeepSpeed's CPU accelerator
   (oneDNN fp16: AVX512-FP16/AMX-FP16, DeepSpeed >= 0.16.8); without it DeepSpeed refuses fp16 and the front door
-  says so up front (checked in the unit tests). ``16-mixed`` and ``bf16-mixed`` with ``torch_autocast=True`` run on
-  any CPU.
+  says so up front (checked in the unit tests). ``bf16-mixed`` with ``torch_autocast=True`` runs on any CPU;
+  ``16-mixed`` with ``torch_autocast=True`` is refused at construction (DeepSpeed's ZeRO optimizer skips its
+  overflowing steps without lowering its GradScaler's scale).
 
 Resume tolerance: the resumed run's fp32 master weights and per-step losses must match the uninterrupted run to
 1e-6 absolute (on this CPU they are bitwise equal: same ops, same order, same data).
@@ -31,7 +32,7 @@ from _deepspeed_helpers import BATCHES_PER_RANK, CPU_PRECISIONS, EPOCHS, SAVE_AF
 pytestmark = pytest.mark.slow
 
 STAGES = (1, 2, 3)
-AUTOCAST_PRECISIONS = ("16-mixed", "bf16-mixed")
+AUTOCAST_PRECISIONS = ("bf16-mixed",)  # 16-mixed with torch_autocast=True is refused (issue 18)
 TOLERANCE = 1e-6
 
 

@@ -66,7 +66,7 @@ def test_by_name_shown_and_picklable() -> None:
 def test_reduction_of_kept_classes_follows_deepspeeds_list() -> None:
     default = DeepSpeedPrecision("bf16-mixed", torch_autocast=True, keep_fp32=(nn.Linear, nn.LayerNorm))
     assert default.describe()["keep_fp32"]["reduction"].startswith("bfloat16 for torch.nn.modules.linear.Linear")
-    norm_only = DeepSpeedPrecision("16-mixed", torch_autocast=True, keep_fp32=(nn.LayerNorm,))
+    norm_only = DeepSpeedPrecision("bf16-mixed", torch_autocast=True, keep_fp32=(nn.LayerNorm,))
     assert norm_only.describe()["keep_fp32"]["reduction"] == "float32"
 
 

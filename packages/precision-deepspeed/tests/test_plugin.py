@@ -213,12 +213,12 @@ class ClipsItself(Tiny):
         self.clip_gradients(optimizer, gradient_clip_val=0.25, gradient_clip_algorithm="norm")
 
 
-def _fit(model: pl.LightningModule, plugin: Any = "deepspeed:32-true", **kwargs: Any) -> pl.Trainer:
+def _fit(model: pl.LightningModule, plugin: Any = "deepspeed:32-true", max_steps: int = 2, **kwargs: Any) -> pl.Trainer:
     trainer = precision_base.Trainer(
-        precision_plugin=plugin, accelerator="cpu", devices=1, max_steps=2, logger=False,
+        precision_plugin=plugin, accelerator="cpu", devices=1, max_steps=max_steps, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, **kwargs,
     )  # fmt: skip
-    trainer.fit(model, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(4 * max_steps, 4)), batch_size=4))
     return trainer
 
 
@@ -330,10 +330,32 @@ def test_checkpoint_of_another_precision_resumes_no_training_but_evaluates(tmp_p
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
 def test_max_skipped_steps_must_be_a_positive_integer(bad: Any) -> None:
-    with pytest.raises(
-        ValueError, match=f"max_skipped_steps must be None or an integer >= 1, got {re.escape(repr(bad))}"
-    ):
+    with pytest.raises(ValueError) as info:
         DeepSpeedPrecision("bf16-mixed", max_skipped_steps=bad)
+    assert str(info.value) == f"max_skipped_steps must be a positive int or None, got {bad!r}"
+
+
+def test_max_skipped_steps_defaults_to_the_shared_limit() -> None:
+    from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS
+
+    assert DEFAULT_MAX_SKIPPED_STEPS == 50
+    assert DeepSpeedPrecision("bf16-mixed").max_skipped_steps == 50
+    assert DeepSpeedPrecision("bf16-mixed", max_skipped_steps=None).max_skipped_steps is None
+
+
+def test_overflow_storm_error_is_the_shared_type_and_the_old_one() -> None:
+    from precision_base import OverflowStormError
+    from precision_deepspeed.plugin import DeepSpeedOverflowStormError
+
+    assert issubclass(DeepSpeedOverflowStormError, OverflowStormError)
+    assert issubclass(DeepSpeedOverflowStormError, DeepSpeedPrecisionError)  # what max_skipped_steps raised before
+    assert issubclass(DeepSpeedOverflowStormError, RuntimeError)
+
+
+class OverflowsAlwaysBf16(Tiny):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        (x,) = batch
+        return self.layer(x).float().pow(2).mean() * float("inf")  # inf loss: the gradients are never finite
 
 
 @pytest.mark.slow
@@ -342,34 +364,64 @@ def test_max_skipped_steps_must_be_a_positive_integer(bad: Any) -> None:
     reason="the installed DeepSpeed's bf16 mode has no check_grad_overflow (it never skips a bf16 step)",
 )
 def test_max_skipped_steps_stops_a_bf16_run_whose_gradients_are_never_finite() -> None:
-    """DeepSpeed's bf16 ``check_grad_overflow`` skips steps with non-finite gradients; the plugin counts them."""
-    with pytest.raises(DeepSpeedPrecisionError) as info:
-        _fit(OverflowsAlways(), DeepSpeedPrecision("bf16-mixed", max_skipped_steps=2))
-    assert str(info.value).startswith(
-        "deepspeed:bf16-mixed: DeepSpeed skipped the last 2 optimizer steps in a row because the gradients were not "
-        "finite (max_skipped_steps=2)"
+    """A real engine skips every step (bf16 ``check_grad_overflow``); the shared watch warns at 2 and stops at 4."""
+    from precision_base import OverflowStormError
+
+    with pytest.warns(RuntimeWarning) as warned, pytest.raises(OverflowStormError) as info:
+        _fit(OverflowsAlwaysBf16(), DeepSpeedPrecision("bf16-mixed", max_skipped_steps=4), max_steps=8)
+    assert isinstance(info.value, DeepSpeedPrecisionError)
+    assert str(info.value) == (
+        "deepspeed:bf16-mixed: 4 optimizer steps in a row were skipped because the gradients held inf or NaN, so "
+        "training stopped: the model no longer learns. Check the loss and the weights for inf/NaN, lower the "
+        "learning rate. (max_skipped_steps=4; None never stops.)"
     )
-    # without the option, DeepSpeed's own default decides (check_grad_overflow: off up to 0.19.0, on in 0.19.8):
-    # it skips every step, or steps with the non-finite gradients; either way training ends without an error
-    from deepspeed.runtime.precision_config import DeepSpeedBF16Config
-
-    checks_by_default = DeepSpeedBF16Config.model_fields["check_grad_overflow"].default
-    trainer = _fit(OverflowsAlways(), DeepSpeedPrecision("bf16-mixed"))
-    assert trainer.model.skipped_steps == (2 if checks_by_default else 0)
+    storm = [str(w.message) for w in warned if "optimizer steps in a row" in str(w.message)]
+    assert storm == [
+        "deepspeed:bf16-mixed: 2 optimizer steps in a row were skipped because the gradients held inf or NaN; "
+        "training stops at 4 (max_skipped_steps)."
+    ]
 
 
-def test_max_skipped_steps_turns_on_deepspeeds_bf16_overflow_check_where_it_exists() -> None:
-    plain = DeepSpeedPrecision("bf16-mixed").precision_section()
-    assert plain["bf16"] == {"enabled": True}, "nothing is added without max_skipped_steps"
-    assert DeepSpeedPrecision("16-mixed", max_skipped_steps=2).precision_section()["bf16"] == {"enabled": False}
-    if __import__("precision_deepspeed._compat")._compat.deepspeed_checks_bf16_overflow():
-        section = DeepSpeedPrecision("bf16-mixed", max_skipped_steps=2).precision_section()
-        assert section["bf16"] == {"enabled": True, "check_grad_overflow": True}
-    else:  # DeepSpeed before 0.17: bf16 never skips a step, so the limit could never be reached
-        with pytest.raises(ValueError) as info:
-            DeepSpeedPrecision("bf16-mixed", max_skipped_steps=2)
-        assert str(info.value) == (
-            "max_skipped_steps under 'bf16-mixed' needs DeepSpeed's bf16 'check_grad_overflow' option, which the "
-            "installed DeepSpeed does not have: its bf16 mode never skips a step, so the limit could never be "
-            "reached. Upgrade DeepSpeed or leave max_skipped_steps=None."
-        )
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not __import__("precision_deepspeed._compat")._compat.deepspeed_checks_bf16_overflow(),
+    reason="the installed DeepSpeed's bf16 mode has no check_grad_overflow (it never skips a bf16 step)",
+)
+def test_max_skipped_steps_none_never_stops() -> None:
+    trainer = _fit(OverflowsAlwaysBf16(), DeepSpeedPrecision("bf16-mixed", max_skipped_steps=None), max_steps=3)
+    assert trainer.model.skipped_steps == 3
+    assert trainer.precision_plugin.precision_stats(trainer.strategy)["skipped_steps"] == 3.0
+
+
+def test_max_skipped_steps_turns_on_deepspeeds_bf16_overflow_check_where_it_is_off_by_default() -> None:
+    from precision_deepspeed import _compat
+
+    assert DeepSpeedPrecision("bf16-mixed", max_skipped_steps=None).precision_section()["bf16"] == {"enabled": True}
+    assert DeepSpeedPrecision("16-mixed").precision_section()["bf16"] == {"enabled": False}
+    section = DeepSpeedPrecision("bf16-mixed").precision_section()
+    if _compat.deepspeed_checks_bf16_overflow() and not _compat.deepspeed_bf16_overflow_check_default():
+        assert section["bf16"] == {"enabled": True, "check_grad_overflow": True}  # DeepSpeed 0.17 to 0.19.0
+    else:  # on by default (0.19.8), or absent (before 0.17: bf16 never skips a step, nothing to count)
+        assert section["bf16"] == {"enabled": True}
+
+
+@needs_autocast
+def test_fp16_autocast_is_refused_with_the_reason() -> None:
+    from precision_deepspeed import _compat
+
+    with pytest.raises(ValueError) as info:
+        DeepSpeedPrecision("16-mixed", torch_autocast=True)
+    assert str(info.value) == (
+        "deepspeed:16-mixed with torch_autocast=True (DeepSpeed's torch_autocast mode in float16) is refused: "
+        f"DeepSpeed {_compat.deepspeed_version()} does not train it correctly. Its ZeRO optimizer scales the loss "
+        "with a torch.amp.GradScaler (65536 at the start) but checks the gradients for overflow, clips them and "
+        "reports their norm with its own loss scale, which is 1.0 because the parameters stay float32: a step whose "
+        "scaled gradients overflow is skipped ('OVERFLOW! Skipping step') before the GradScaler sees it, so the "
+        "GradScaler never lowers its scale and the following steps overflow and are skipped the same way; gradient "
+        "clipping and the reported gradient norm see the gradients still multiplied by 65536. (Without ZeRO, "
+        "DeepSpeed records no step its GradScaler skips.) Use 'deepspeed:bf16-mixed' (also with "
+        "torch_autocast=True), which needs no loss scaling, or 'deepspeed:16-mixed' without torch_autocast on a "
+        "device where DeepSpeed's native fp16 mode runs (CUDA)."
+    )
+    with pytest.raises(ValueError, match="is refused: DeepSpeed"):
+        precision_base.resolve("deepspeed:16-mixed", torch_autocast=True)

@@ -29,6 +29,7 @@ from precision_base.errors import (
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
+from precision_base.overflow import OverflowStormError
 from precision_base.registry import (
     ENTRY_POINT_GROUP,
     PluginEntry,
@@ -61,6 +62,7 @@ __all__ = [
     "Fabric",
     "InvalidPluginInfoError",
     "InvalidSpecError",
+    "OverflowStormError",
     "PluginEntry",
     "PluginInfo",
     "PluginLoadError",

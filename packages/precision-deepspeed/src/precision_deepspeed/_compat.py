@@ -334,6 +334,27 @@ def deepspeed_checks_bf16_overflow() -> bool:
     return "check_grad_overflow" in DeepSpeedBF16Config.model_fields
 
 
+def deepspeed_bf16_overflow_check_default() -> bool:
+    """Whether the installed DeepSpeed's bf16 mode checks for non-finite gradients without being asked (the default
+    of ``bf16.check_grad_overflow``: ``False`` from 0.17 up to 0.19.0, ``True`` in 0.19.8; ``False`` where the option
+    does not exist)."""
+    if not deepspeed_checks_bf16_overflow():
+        return False
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config
+
+    return bool(DeepSpeedBF16Config.model_fields["check_grad_overflow"].default)
+
+
+def deepspeed_version() -> str:
+    """The installed DeepSpeed's version, for messages (read from its distribution's metadata)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("deepspeed")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def cpu_supports_fp16() -> bool:
     """Whether DeepSpeed's CPU accelerator accepts fp16 here: its own answer, which its engine checks at start-up
     ("Type fp16 is not supported on your device."). DeepSpeed up to 0.16.7 always says no; 0.16.8 and later ask
@@ -348,7 +369,18 @@ MIN_LOSS_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decreas
 
 
 def engine_loss_scale(engine: Any) -> Optional[float]:
-    """The DeepSpeed engine's current loss scale (its optimizer's), or ``None`` when it has none."""
+    """The loss scale the DeepSpeed engine multiplies the loss by, or ``None`` when it has none.
+
+    In its torch_autocast float16 mode DeepSpeed scales the loss with a ``torch.amp.GradScaler`` (the instance
+    attribute ``torch_autocast_gradscaler`` of its ZeRO optimizer, ``torch_autocast_z0_gradscaler`` of the engine
+    without ZeRO) while its optimizer's own loss scale stays 1.0: the GradScaler's scale is the one applied.
+    Otherwise the optimizer's loss scale.
+    """
+    for owner, attribute in ((getattr(engine, "optimizer", None), "torch_autocast_gradscaler"),
+                             (engine, "torch_autocast_z0_gradscaler")):  # fmt: skip
+        scaler = getattr(owner, attribute, None)
+        if scaler is not None and hasattr(scaler, "get_scale"):
+            return float(scaler.get_scale())
     getter = getattr(engine, "_get_optimizer_loss_scale", None)  # DeepSpeed >= 0.18.6
     # older releases: the fp16 optimizers carry cur_scale themselves
     scale = getter() if getter is not None else getattr(getattr(engine, "optimizer", None), "cur_scale", None)
@@ -363,6 +395,40 @@ def engine_skipped_steps(engine: Any) -> int:
 def is_min_loss_scale_error(exc: BaseException) -> bool:
     """Whether ``exc`` is DeepSpeed's "overflow at the lowest loss scale" exception (a plain ``Exception``)."""
     return type(exc) is Exception and str(exc).startswith(MIN_LOSS_SCALE_MESSAGE)
+
+
+#: Set on a module whose ``forward`` runs with float32 copies of its parameters (value ``True``).
+FP32_PARAMETERS_MARK = "_precision_deepspeed_fp32_parameters"
+
+
+def _forward_with_fp32_parameters(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """The class's ``forward`` with each floating, non-float32 parameter of ``self`` replaced by a float32 copy.
+
+    Touches torch's private ``Module._parameters`` table for the call only (what ``torch.func.functional_call``
+    does, without calling the module again, so DeepSpeed's hooks run once): autograd takes each copy's gradient
+    back to the parameter, and the table holds the parameters again when ``forward`` returns or raises.
+    """
+    import torch
+
+    table = self._parameters
+    saved = {n: p for n, p in table.items() if p is not None and p.is_floating_point() and p.dtype != torch.float32}
+    for name, param in saved.items():
+        table[name] = param.float()
+    try:
+        return type(self).forward(self, *args, **kwargs)
+    finally:
+        table.update(saved)
+
+
+def forward_with_fp32_parameters(module: Any) -> None:
+    """Make ``module.forward`` run with float32 copies of its own floating parameters (an instance attribute bound
+    to the module, so ``copy.deepcopy`` binds it to the copy). Idempotent."""
+    import types
+
+    if getattr(module, FP32_PARAMETERS_MARK, False):
+        return
+    module.forward = types.MethodType(_forward_with_fp32_parameters, module)
+    setattr(module, FP32_PARAMETERS_MARK, True)
 
 
 def registry_init_params(registry: Any, name: str) -> dict[str, Any]:

@@ -124,15 +124,18 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
 
     @override
     def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """``engine.step(**kwargs)`` (Fabric passes the engine as ``optimizer``).
+        """``engine.step(**kwargs)`` (Fabric passes the engine as ``optimizer``), then the ``max_skipped_steps``
+        watch, as in the Trainer class.
 
         Raises:
             DeepSpeedPrecisionError: (fp16) a step overflowed again at the lowest loss scale; DeepSpeed's message
                 first, then what to do.
+            precision_deepspeed.plugin.DeepSpeedOverflowStormError: ``max_skipped_steps`` steps in a row were
+                skipped (a :class:`precision_base.OverflowStormError`).
         """
         try:
             with torch.no_grad():  # as in the Trainer plugin's optimizer_step
-                return optimizer.step(**kwargs)
+                result = optimizer.step(**kwargs)
         except Exception as exc:
             if not _compat.is_min_loss_scale_error(exc):
                 raise
@@ -141,6 +144,8 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
                 f"{self.loss_scaling.min_loss_scale}: look for inf/NaN in the loss or the data, lower the learning "
                 "rate, or use 'deepspeed:bf16-mixed'."
             ) from exc
+        self._count_skipped_step(optimizer)
+        return result
 
 
 class DeepSpeedPrecision(FabricDeepSpeedPrecisionImpl, lf.plugins.precision.DeepSpeedPrecision):  # type: ignore[misc]

@@ -14,6 +14,20 @@ module of such a class still has its gradients reduced in the autocast dtype. To
 DeepSpeed's native fp16/bf16 modes (``torch_autocast=False``, the default) cast the whole module to the half dtype
 inside ``deepspeed.initialize`` and flatten every parameter into half-precision groups: they cannot keep some
 modules in float32, so ``keep_fp32`` there is refused at construction, naming ``torch_autocast=True``.
+
+**Kept by default under ``*-mixed``** (both modes), by the rule the FSDP plugin follows too
+(:class:`precision_base.keep_fp32.KeepFP32` with ``running_stats=True`` and ``hf_dtype``): layers whose running
+statistics are float buffers (``BatchNorm*``, ``SyncBatchNorm``, tracked ``InstanceNorm*``) and the modules a Hugging
+Face model declares float32 (``_keep_in_fp32_modules_strict``; also ``_keep_in_fp32_modules`` under ``16-mixed``).
+DeepSpeed leaves buffers in their dtype (``data_types.buffer_dtype`` unset) but casts parameters: a BatchNorm would
+get fp16/bf16 weights with float32 running statistics and CPU ``batch_norm`` refuses the mix ("expected scalar type
+BFloat16 but found Float"). So:
+
+* ``torch_autocast=True``: the float32 forward above (parameters are float32 already);
+* native mode: the module *computes* in float32: floating inputs are cast to float32, each parameter inside is
+  read as a float32 copy of DeepSpeed's fp16/bf16 working copy for the forward (:func:`install_fp32_compute`; its
+  gradient flows back to that copy, the optimizer keeps the float32 master), the running statistics stay and are
+  updated in float32, and the floating outputs are cast back to the half dtype for the modules that follow.
 """
 
 from __future__ import annotations
@@ -24,7 +38,8 @@ from typing import Optional, Union
 import torch
 
 from precision_base import PrecisionPluginError
-from precision_base.keep_fp32 import KeepFP32, KeepSpec, install_fp32_forward
+from precision_base.keep_fp32 import KeepFP32, KeepSpec, install_fp32_forward, is_kept
+from precision_deepspeed import _compat
 
 #: DeepSpeed's default lower-precision-safe classes (its ``LOWER_PRECISION_SAFE_MODULES``), by import name.
 DEFAULT_SAFE_MODULES = ("torch.nn.Linear", "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d")
@@ -52,7 +67,7 @@ def parse_keep_fp32(
     if not keep:
         return keep
     alternative = (
-        "DeepSpeedPrecision('bf16-mixed', torch_autocast=True, keep_fp32=...) (or '16-mixed'), e.g. "
+        "DeepSpeedPrecision('bf16-mixed', torch_autocast=True, keep_fp32=...), e.g. "
         "precision_base.resolve('deepspeed:bf16-mixed', torch_autocast=True, keep_fp32=...)"
     )
     entries_text = f"keep_fp32=({', '.join(keep.describe())})"
@@ -85,12 +100,40 @@ def _import_names(cls: type[torch.nn.Module]) -> set[str]:
     return names
 
 
-def install_kept(keep: KeepFP32, root: torch.nn.Module, device_type: Callable[[], str]) -> list[str]:
-    """Install the float32 forward on every outermost kept module under ``root``; the kept modules' names."""
+def install_kept(
+    keep: KeepFP32, root: torch.nn.Module, device_type: Callable[[], str], native: Optional[torch.dtype] = None
+) -> list[str]:
+    """Install the float32 forward on every outermost kept module under ``root``; the kept modules' names.
+
+    ``native``: the half dtype of DeepSpeed's native mode (its parameters are cast to it): install
+    :func:`install_fp32_compute` instead; ``None`` (torch_autocast mode): the autocast-off float32 forward.
+    """
     found = keep.kept(root)
     for _name, module, entry in found:
-        install_fp32_forward(module, entry, device_type, None)
+        if native is None:
+            install_fp32_forward(module, entry, device_type, None)
+        else:
+            install_fp32_compute(module, entry, device_type, native)
     return [name for name, _module, _entry in found]
+
+
+def install_fp32_compute(
+    module: torch.nn.Module, entry: str, device_type: Callable[[], str], out_dtype: torch.dtype
+) -> None:
+    """Make ``module`` (and everything inside it) compute in float32 although DeepSpeed casts its parameters.
+
+    ``module`` gets the shared float32 forward (:func:`precision_base.keep_fp32.install_fp32_forward`: floating
+    inputs cast to float32, autocast off) with its floating outputs cast to ``out_dtype``; every module inside it
+    (``module`` included) that owns floating parameters runs its ``forward`` with float32 copies of them
+    (:func:`precision_deepspeed._compat.forward_with_fp32_parameters`: taken inside ``forward``, after DeepSpeed's
+    hooks have gathered ZeRO-3 parameters). Idempotent.
+    """
+    if is_kept(module):
+        return
+    for sub in module.modules():
+        if any(p.is_floating_point() for p in sub.parameters(recurse=False)):
+            _compat.forward_with_fp32_parameters(sub)
+    install_fp32_forward(module, entry, device_type, out_dtype)
 
 
 def reduced_in_half(keep: KeepFP32, safe_modules: Optional[Sequence[str]]) -> list[str]:

@@ -38,12 +38,12 @@ from precision_base.casting import cast_floating
 from precision_base.doors import check_caller
 from precision_base.keep_fp32 import KeepSpec
 from precision_base.namespaces import namespace_of
+from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowStormError, OverflowWatch
 from precision_base.plugin_support import PRECISION_DTYPE_NAMES, precision_dtype
 from precision_base.spec import PRECISIONS
 from precision_deepspeed import _compat
 from precision_deepspeed.config import (
     AUTOCAST_PRECISIONS,
-    BF16_PRECISIONS,
     HALF_PRECISIONS,
     LossScaling,
     merge_precision_section,
@@ -78,6 +78,30 @@ class DeepSpeedPrecisionError(PrecisionPluginError, MisconfigurationException):
     """Training cannot go on as asked under DeepSpeed (also a Lightning ``MisconfigurationException``)."""
 
 
+class DeepSpeedOverflowStormError(OverflowStormError, DeepSpeedPrecisionError):
+    """``max_skipped_steps`` steps in a row were skipped for inf/NaN gradients under DeepSpeed.
+
+    It is :class:`precision_base.OverflowStormError` (what the FSDP plugin raises too: catch that one), and also a
+    :class:`DeepSpeedPrecisionError`, the type this plugin raised for it before the watch was shared.
+    """
+
+
+def autocast_fp16_refusal(owner: str) -> str:
+    """Why ``DeepSpeedPrecision("16-mixed", torch_autocast=True)`` is refused, and what to use instead."""
+    return (
+        f"{owner} with torch_autocast=True (DeepSpeed's torch_autocast mode in float16) is refused: DeepSpeed "
+        f"{_compat.deepspeed_version()} does not train it correctly. Its ZeRO optimizer scales the loss with a "
+        "torch.amp.GradScaler (65536 at the start) but checks the gradients for overflow, clips them and reports "
+        "their norm with its own loss scale, which is 1.0 because the parameters stay float32: a step whose scaled "
+        "gradients overflow is skipped ('OVERFLOW! Skipping step') before the GradScaler sees it, so the GradScaler "
+        "never lowers its scale and the following steps overflow and are skipped the same way; gradient clipping "
+        "and the reported gradient norm see the gradients still multiplied by 65536. (Without ZeRO, DeepSpeed "
+        "records no step its GradScaler skips.) Use 'deepspeed:bf16-mixed' (also with torch_autocast=True), "
+        "which needs no loss scaling, or 'deepspeed:16-mixed' without torch_autocast on a device where DeepSpeed's "
+        "native fp16 mode runs (CUDA)."
+    )
+
+
 def deepspeed_has_torch_autocast() -> bool:
     """Whether the installed DeepSpeed reads a ``torch_autocast`` config section."""
     return _compat.deepspeed_has_torch_autocast()
@@ -108,14 +132,11 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         min_loss_scale: int = 1,
         torch_autocast: bool = False,
         autocast_lower_precision_safe_modules: Optional[Sequence[str]] = None,
-        max_skipped_steps: Optional[int] = None,
+        max_skipped_steps: Optional[int] = DEFAULT_MAX_SKIPPED_STEPS,
         keep_fp32: Union[KeepSpec, Iterable[KeepSpec], None] = None,
     ) -> None:
         precision = self.canonical_precision(precision)
-        if max_skipped_steps is not None and (
-            isinstance(max_skipped_steps, bool) or not isinstance(max_skipped_steps, int) or max_skipped_steps < 1
-        ):
-            raise ValueError(f"max_skipped_steps must be None or an integer >= 1, got {max_skipped_steps!r}")
+        watch = OverflowWatch(max_skipped_steps, DeepSpeedOverflowStormError)
         scaling = LossScaling(
             loss_scale=loss_scale,
             initial_scale_power=initial_scale_power,
@@ -139,19 +160,10 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
                     "torch_autocast=True needs a DeepSpeed release that reads the 'torch_autocast' config section; "
                     "the installed DeepSpeed does not. Upgrade DeepSpeed or use torch_autocast=False."
                 )
+            if precision in HALF_PRECISIONS:
+                raise ValueError(autocast_fp16_refusal(f"deepspeed:{precision}"))
         elif autocast_lower_precision_safe_modules is not None:
             raise ValueError("autocast_lower_precision_safe_modules is only used with torch_autocast=True")
-        if (
-            max_skipped_steps is not None
-            and precision in BF16_PRECISIONS
-            and not torch_autocast
-            and not _compat.deepspeed_checks_bf16_overflow()
-        ):
-            raise ValueError(
-                f"max_skipped_steps under {precision!r} needs DeepSpeed's bf16 'check_grad_overflow' option, which the "
-                "installed DeepSpeed does not have: its bf16 mode never skips a step, so the limit could never be "
-                "reached. Upgrade DeepSpeed or leave max_skipped_steps=None."
-            )
         keep = parse_keep_fp32(
             keep_fp32,
             precision=precision,
@@ -165,8 +177,8 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         self.autocast_lower_precision_safe_modules = (
             tuple(autocast_lower_precision_safe_modules) if autocast_lower_precision_safe_modules is not None else None
         )
-        self.max_skipped_steps = max_skipped_steps
-        self._skipped_in_a_row = 0
+        self.max_skipped_steps = watch.limit
+        self._overflow = watch
         self._configured_clip: Optional[float] = None
         self._fitting = True
         self._warned: set[str] = set()
@@ -175,8 +187,10 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
     def precision_section(self) -> dict[str, Any]:
         """The precision section of the DeepSpeed config this plugin needs (``fp16``, ``bf16``, ``torch_autocast``).
 
-        With ``max_skipped_steps`` under bf16 the ``bf16`` section turns on DeepSpeed's ``check_grad_overflow`` (off by
-        default up to DeepSpeed 0.19.0), without which DeepSpeed's bf16 mode would never skip a step to count.
+        With ``max_skipped_steps`` (default 50) under bf16, on a DeepSpeed whose ``check_grad_overflow`` is off by
+        default (0.17 up to 0.19.0), the ``bf16`` section turns it on, without which DeepSpeed's bf16 mode would
+        never skip a step to count; where it is on by default (0.19.8) nothing is added. DeepSpeed releases without
+        the option (before 0.17) never skip a bf16 step: there is nothing to count.
         """
         section = render_precision_section(
             self.precision,
@@ -184,7 +198,12 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
             torch_autocast=self.torch_autocast,
             autocast_lower_precision_safe_modules=self.autocast_lower_precision_safe_modules,
         )
-        if self.max_skipped_steps is not None and section["bf16"].get("enabled"):
+        if (
+            self.max_skipped_steps is not None
+            and section["bf16"].get("enabled")
+            and _compat.deepspeed_checks_bf16_overflow()
+            and not _compat.deepspeed_bf16_overflow_check_default()
+        ):
             section["bf16"]["check_grad_overflow"] = True
         return section
 
@@ -433,9 +452,11 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
     @override
     def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
         """What :class:`precision_base.PrecisionMonitor` logs, read from the DeepSpeed engine of ``strategy``:
-        ``loss_scale`` (fp16 precisions), ``skipped_steps`` and ``nonfinite_grad_steps`` (cumulative steps DeepSpeed
-        skipped for inf/NaN gradients: fp16 overflow, bf16 ``check_grad_overflow``) and ``grad_norm`` (the global
-        norm DeepSpeed computed at the last step, when it did). Empty before the engine exists."""
+        ``loss_scale`` (fp16 precisions: the scale DeepSpeed multiplies the loss by, its ``torch.amp.GradScaler``'s
+        where the engine has one, else its loss scaler's), ``skipped_steps`` and ``nonfinite_grad_steps``
+        (cumulative steps DeepSpeed skipped for inf/NaN gradients: fp16 overflow, bf16 ``check_grad_overflow``) and
+        ``grad_norm`` (the global norm DeepSpeed computed at the last step, when it did). Empty before the engine
+        exists."""
         engine = getattr(strategy, "model", None)
         if engine is None or not hasattr(engine, "step") or not hasattr(engine, "skipped_steps"):
             return {}
@@ -451,16 +472,17 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         return stats
 
     def _count_skipped_step(self, engine: Any) -> None:
-        """Stop after ``max_skipped_steps`` steps in a row that DeepSpeed skipped for non-finite gradients."""
-        if self.max_skipped_steps is None or not engine.is_gradient_accumulation_boundary():
+        """After ``engine.step()``: record whether DeepSpeed applied the step (``engine.was_step_applied()``, read at
+        gradient-accumulation boundaries only) in the shared watch (:mod:`precision_base.overflow`).
+
+        Raises:
+            DeepSpeedOverflowStormError: ``max_skipped_steps`` steps in a row were skipped (an
+                :class:`~precision_base.OverflowStormError`); a ``RuntimeWarning`` comes at half the limit.
+        """
+        if not engine.is_gradient_accumulation_boundary():
             return
-        self._skipped_in_a_row = 0 if engine.was_step_applied() else self._skipped_in_a_row + 1
-        if self._skipped_in_a_row >= self.max_skipped_steps:
-            raise DeepSpeedPrecisionError(
-                f"{self.spec}: DeepSpeed skipped the last {self._skipped_in_a_row} optimizer steps in a row because "
-                f"the gradients were not finite (max_skipped_steps={self.max_skipped_steps}); training would go on "
-                "without updating the weights. Look for inf/NaN in the loss or the data, or lower the learning rate."
-            )
+        scale = _compat.engine_loss_scale(engine) if self.precision in HALF_PRECISIONS else None
+        self._overflow.after_step(not engine.was_step_applied(), scale, self.spec)
 
     @override
     def clip_gradients(
@@ -520,8 +542,9 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, _LightningDeepSpeedPrecision): 
     * inputs: floating inputs are cast to ``half`` by ``convert_input``; outputs back to the default dtype;
     * no ``torch.autocast``.
 
-    With ``torch_autocast=True`` (``16-mixed``/``bf16-mixed``, DeepSpeed releases with a ``torch_autocast``
-    section) the module stays fp32, inputs stay fp32, and forward runs under ``torch.autocast`` in ``half``.
+    With ``torch_autocast=True`` (``bf16-mixed``, DeepSpeed releases with a ``torch_autocast`` section) the module
+    stays fp32, inputs stay fp32, and forward runs under ``torch.autocast`` in bf16. ``16-mixed`` with
+    ``torch_autocast=True`` is refused (:func:`autocast_fp16_refusal` says why).
 
     Args:
         precision: ``"32-true"``, ``"16-true"``, ``"bf16-true"``, ``"16-mixed"`` or ``"bf16-mixed"`` (or Lightning's
@@ -535,9 +558,12 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, _LightningDeepSpeedPrecision): 
         torch_autocast: run the engine's forward under ``torch.autocast`` and keep fp32 parameters (mixed only).
         autocast_lower_precision_safe_modules: with ``torch_autocast``, ``"package.Class"`` names of modules whose
             parameters DeepSpeed communicates in the autocast dtype.
-        max_skipped_steps: stop with :class:`DeepSpeedPrecisionError` after this many optimizer steps in a row that
-            DeepSpeed skipped for non-finite gradients (fp16 overflows; bf16: the plugin turns on DeepSpeed's
-            ``check_grad_overflow``, absent before DeepSpeed 0.17); ``None`` (default): never stop, as DeepSpeed does.
+        max_skipped_steps: stop with :class:`precision_base.OverflowStormError` (here
+            :class:`DeepSpeedOverflowStormError`, also a :class:`DeepSpeedPrecisionError`) after this many optimizer
+            steps in a row that DeepSpeed skipped for non-finite gradients (``engine.was_step_applied()`` false: fp16
+            overflows; bf16 with DeepSpeed's ``check_grad_overflow``, on by default in 0.19.8 and turned on by the
+            plugin where it is off by default; DeepSpeed before 0.17 never skips a bf16 step), warning
+            (``RuntimeWarning``) at half of it. Default 50, the FSDP plugin's too; ``None`` never stops.
         keep_fp32: with ``torch_autocast=True``: modules (qualified-name patterns relative to the LightningModule,
             and/or ``torch.nn.Module`` classes) that compute in float32 with autocast off inside; see
             :mod:`precision_deepspeed.keep_fp32`. Refused without ``torch_autocast`` (DeepSpeed's native modes cast
@@ -545,11 +571,18 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, _LightningDeepSpeedPrecision): 
 
     Raises:
         ValueError: an unsupported ``precision``, fp16 knobs under a non-fp16 precision, ``torch_autocast`` under a
-            ``*-true`` precision or with a DeepSpeed that has no ``torch_autocast`` section, or ``max_skipped_steps``
-            under bf16 with a DeepSpeed whose bf16 mode has no ``check_grad_overflow``.
+            ``*-true`` precision, under ``16-mixed`` or with a DeepSpeed that has no ``torch_autocast`` section, or a
+            ``max_skipped_steps`` that is not a positive int or ``None``.
         precision_deepspeed.keep_fp32.KeepFP32Error: ``keep_fp32`` without ``torch_autocast=True``, or a class both
             in ``keep_fp32`` and in ``autocast_lower_precision_safe_modules``.
     """
 
 
-__all__ = ["DeepSpeedPrecision", "DeepSpeedPrecisionError", "DeepSpeedPrecisionImpl", "deepspeed_has_torch_autocast"]
+__all__ = [
+    "DeepSpeedOverflowStormError",
+    "DeepSpeedPrecision",
+    "DeepSpeedPrecisionError",
+    "DeepSpeedPrecisionImpl",
+    "autocast_fp16_refusal",
+    "deepspeed_has_torch_autocast",
+]

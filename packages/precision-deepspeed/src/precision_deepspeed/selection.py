@@ -20,8 +20,9 @@ def cpu_fp16_refusal(owner: str) -> str:
     """Why DeepSpeed's fp16 mode cannot run on this CPU (``_compat.cpu_supports_fp16()`` said no), and what can."""
     return (
         f"{owner} on the CPU: DeepSpeed's CPU accelerator refuses its fp16 mode here (DeepSpeed runs fp16 on a CPU "
-        "from 0.16.8, and only with oneDNN's native fp16: AVX512-FP16 or AMX-FP16). Use 'deepspeed:bf16-mixed', or "
-        "precision_deepspeed.DeepSpeedPrecision('16-mixed', torch_autocast=True) for fp16 autocast."
+        "from 0.16.8, and only with oneDNN's native fp16: AVX512-FP16 or AMX-FP16). Use 'deepspeed:bf16-mixed' (also "
+        "with torch_autocast=True). DeepSpeed's fp16 autocast (DeepSpeedPrecision('16-mixed', torch_autocast=True)) "
+        "is refused too: its ZeRO optimizer skips overflowing steps without lowering its GradScaler's scale."
     )
 
 

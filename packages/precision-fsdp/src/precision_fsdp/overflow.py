@@ -7,6 +7,9 @@ towards zero and training silently stops learning. The watch warns once at half 
 Other precisions, when asked (``check_finite_grads=True``, like DeepSpeed's bf16 ``check_grad_overflow``): a step
 whose gradients hold inf/NaN on any rank is skipped on every rank (its gradients are dropped before the optimizer
 runs), and the same watch counts the skipped steps.
+
+The watch, its default and its error are shared with the DeepSpeed plugin (:mod:`precision_base.overflow`);
+``OverflowStormError`` and ``OverflowWatch`` stay importable from here.
 """
 
 from __future__ import annotations
@@ -16,64 +19,10 @@ from typing import Optional
 
 import torch
 
-from precision_base import PrecisionPluginError
+from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowStormError, OverflowWatch
 from precision_fsdp._compat import DTensor
 
-
-class OverflowStormError(PrecisionPluginError, RuntimeError):
-    """Too many optimizer steps in a row were skipped for inf/NaN gradients under ``16-mixed``."""
-
-
-class OverflowWatch:
-    """Counts consecutive skipped steps.
-
-    Args:
-        limit: raise after this many consecutive skipped steps; ``None`` never raises (nor warns).
-
-    Raises:
-        ValueError: ``limit`` is not a positive int or ``None``.
-    """
-
-    def __init__(self, limit: Optional[int]) -> None:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"max_skipped_steps must be a positive int or None, got {limit!r}")
-        self.limit = limit
-        self.skipped_in_a_row = 0
-        self.skipped_total = 0
-        """Steps skipped since the plugin was made (cumulative; what ``precision_stats`` reports)."""
-        self._warned = False
-
-    def after_step(self, skipped: bool, scale: Optional[float], spec: str) -> None:
-        """Record one optimizer step (``scale``: the loss scale after it, ``None`` without loss scaling).
-
-        Raises:
-            OverflowStormError: the limit of consecutive skipped steps is reached.
-        """
-        if not skipped:
-            self.skipped_in_a_row = 0
-            self._warned = False
-            return
-        self.skipped_in_a_row += 1
-        self.skipped_total += 1
-        if self.limit is None:
-            return
-        what = (
-            f"{spec}: {self.skipped_in_a_row} optimizer steps in a row were skipped because the gradients held "
-            "inf or NaN"
-        )
-        if scale is not None:
-            what += f" at every loss scale tried (scale now {scale:g})"
-        if self.skipped_in_a_row >= self.limit:
-            alternative = ", or train in bf16-mixed or 32-true" if scale is not None else ""
-            raise OverflowStormError(
-                f"{what}, so training stopped: the model no longer learns. Check the loss and the weights for "
-                f"inf/NaN, lower the learning rate{alternative}. (max_skipped_steps={self.limit}; None never stops.)"
-            )
-        if not self._warned and self.skipped_in_a_row >= max(1, self.limit // 2):
-            self._warned = True
-            import warnings
-
-            warnings.warn(f"{what}; training stops at {self.limit} (max_skipped_steps).", RuntimeWarning, stacklevel=2)
+__all__ = ["DEFAULT_MAX_SKIPPED_STEPS", "OverflowStormError", "OverflowWatch", "grads_finite"]
 
 
 def grads_finite(params: Iterable[torch.Tensor]) -> bool:

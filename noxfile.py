@@ -272,8 +272,17 @@ def demo(session: nox.Session) -> None:
 @discarded
 def bench(session: nox.Session) -> None:
     """python benchmarks/run.py: results into build/benchmarks/; ``-- --update-docs`` rewrites tracked docs/ files."""
-    env = everything(session, "matplotlib", "scipy", "pyperf")
+    env = everything(session, "matplotlib", "scipy", "pyperf", "transformers")
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON, tags=["bench"])
+@discarded
+def gpu(session: nox.Session) -> None:
+    """python benchmarks/gpu_bench.py on one CUDA GPU (at most about 8 minutes; exits 2 without CUDA):
+    results into build/benchmarks/; ``-- --update-docs`` writes docs/benchmarks/gpu.*; ``-- --dry-run``: the plan."""
+    env = everything(session, "matplotlib", "scipy", "torchao")
+    session.run("python", "benchmarks/gpu_bench.py", *session.posargs, env=env)
 
 
 @nox.session(venv_backend="none", tags=["matrix", "table"])

@@ -1,43 +1,56 @@
-"""GPU benchmark: step overhead and throughput on CUDA, ours vs Lightning's built-in vs a hand-written loop.
-Usage: benchmarks/README.md (all visible GPUs by default, about 5-8 minutes, results into build/benchmarks).
+"""GPU benchmark, one command on one CUDA GPU (``nox -s gpu``; at most about 8 minutes): one JSON + markdown + PNG.
 
-Setups: FSDP1, FSDP2 (``fully_shard`` under ``ModelParallelStrategy``), DeepSpeed ZeRO-2; ``bf16-mixed`` and
-``16-mixed``; ``precision_base.testing.models.TinyGPT`` on synthetic tokens. Variants, interleaved in rounds:
-``ours`` (``precision_base.Trainer(precision_plugin=...)``), ``builtin`` (``Trainer(precision=...)``; FSDP2: the
-built-in ``FSDPPrecision`` with a policy from its ``mixed_precision_config``) and ``hand`` (plain torch / DeepSpeed,
-``torch.autocast("cuda")``, a scaler for fp16). Reported: step time, tokens/s, MFU (tokens/s x FLOPs per token /
-peak dense half-precision FLOP/s of all GPUs), ratios with 95% bootstrap intervals. A time budget stops new fits.
+Two sections, each with its share of the time budget; a fit is started only while its section has time left, and
+what was not run is listed in the report:
 
-``--fp8``: on one GPU with FP8 (compute capability >= 8.9), ``fsdp:fp8-tensorwise`` and ``fsdp:fp8-rowwise``
-against ``fsdp:bf16-mixed`` on a ~1B-parameter TinyGPT through ``precision_base.Trainer`` (its FSDP2 strategy):
-tokens/s (median step) and peak CUDA memory allocated, and their fp8/bf16-mixed ratios. Without such a GPU or
-without torchao it prints why and exits 0: emulation elsewhere says nothing about speed.
+1. ``fits``: ``precision_base.testing.models.TinyGPT`` (:data:`MODEL`) on synthetic tokens. FSDP1 (``FSDPStrategy``)
+   and FSDP2 (``fully_shard`` under ``ModelParallelStrategy``) at every precision the GPU supports, DeepSpeed ZeRO-2
+   and ZeRO-3 at theirs; ``ours`` (``precision_base.Trainer(precision_plugin=...)``) and Lightning's built-in
+   (``Trainer(precision=...)``; FSDP2: the built-in ``FSDPPrecision`` with a policy from its
+   ``mixed_precision_config``) side by side, interleaved in rounds: step time (CUDA-synchronised), peak CUDA memory
+   allocated, the loss after the last step, ratios with 95% bootstrap intervals.
+2. ``fp8``: on a GPU with FP8 (compute capability >= 8.9) and torchao, ``fsdp:fp8-tensorwise`` and
+   ``fsdp:fp8-rowwise`` against ``fsdp:bf16-mixed`` on a ~1B-parameter TinyGPT (:data:`FP8_MODEL`), with
+   ``torch.compile`` off and on (each block compiled: regional compilation): tokens/s, MFU, peak memory. On a GPU
+   without FP8 the section records why it did not run.
+
+Without CUDA it exits at once with code 2 (``--dry-run`` prints the plan without touching a GPU). Every fit runs in
+one rank process (``run_ranks``, world 1) that appends each result to a journal as it finishes, so a run stopped by
+the time limit still reports every fit it completed.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import itertools
+import json
 import os
 import random
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from bench import report
+from bench.freshness import ROOT
 from precision_base.testing.launch import run_ranks
 
-SETUPS, PRECISIONS, VARIANTS = ("fsdp1", "fsdp2", "deepspeed"), ("bf16-mixed", "16-mixed"), ("ours", "builtin", "hand")
+DOCS = ROOT / "docs" / "benchmarks"
+SECTIONS = ("fits", "fp8")
+SETUPS = ("fsdp1", "fsdp2", "zero2", "zero3")
+FSDP_PRECISIONS = ("32-true", "16-true", "16-mixed", "bf16-true", "bf16-mixed")
+DEEPSPEED_PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+VARIANTS = ("ours", "builtin")
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "H800": 989.0, "GH200": 989.0, "A100": 312.0, "A800": 312.0,
                "L40S": 362.0, "L40": 181.0, "L4": 121.0, "A10G": 70.0, "A10": 125.0, "RTX 4090": 165.0,
                "RTX 3090": 71.0, "V100": 125.0, "T4": 65.0}  # fmt: skip
-RATIOS = ("ours/builtin", "ours/hand")
 MODEL = {"vocab": 8192, "d_model": 512, "layers": 6, "heads": 8, "seq": 512, "batch": 8}
 FP8_SPECS = ("fsdp:bf16-mixed", "fsdp:fp8-tensorwise", "fsdp:fp8-rowwise")
 FP8_MODEL = {"vocab": 32000, "d_model": 2048, "layers": 18, "heads": 16, "seq": 1024, "batch": 8}  # ~1B parameters
+SHARE = {"fits": 0.5, "fp8": 0.5}  # of the budget, when both sections run
 
 
 def peak_tflops(name: str, override: float | None = None) -> float | None:
@@ -55,270 +68,340 @@ def mfu(tokens_per_s: float, m: dict[str, int], peak: float | None, gpus: int) -
     return tokens_per_s * flops_per_token(m) / (peak * 1e12 * gpus) if peak else None
 
 
-# ---- inside the ranks ------------------------------------------------------------------------------------------
+def precisions_for(setup: str, bf16: bool) -> list[str]:
+    """The precisions a setup runs on a GPU; bf16 ones only where the GPU supports bf16."""
+    allowed = DEEPSPEED_PRECISIONS if setup.startswith("zero") else FSDP_PRECISIONS
+    return [p for p in allowed if bf16 or not p.startswith("bf16")]
+
+
+def plan(args: argparse.Namespace, bf16: bool = True) -> dict[str, Any]:
+    """What a run does: the fits in order (rounds interleave ours and the built-in) and the fp8 fits."""
+    rng = random.Random(0)
+    fits = []
+    if "fits" in args.sections:
+        for r in range(args.rounds):
+            for setup in args.setups:
+                for precision in precisions_for(setup, bf16):
+                    fits += [{"round": r, "setup": setup, "precision": precision, "variant": v}
+                             for v in rng.sample(VARIANTS, len(VARIANTS))]  # fmt: skip
+    fp8 = [{"spec": s, "compile": c} for c in (False, True) for s in FP8_SPECS] if "fp8" in args.sections else []
+    shares = {s: SHARE[s] / sum(SHARE[x] for x in args.sections) for s in args.sections}
+    return {"fits": fits, "fp8": fp8, "budget_s": {s: args.budget_s * shares[s] for s in args.sections},
+            "model": MODEL, "fp8_model": {**FP8_MODEL, "layers": args.layers or FP8_MODEL["layers"]},
+            "steps": args.steps, "warmup": args.warmup, "fp8_steps": args.fp8_steps}  # fmt: skip
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--budget-s", type=float, default=400.0, help="time for the fits of both sections (s)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated: {', '.join(SECTIONS)}")
+    parser.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated: {', '.join(SETUPS)}")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the fits section")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per fit")
+    parser.add_argument("--warmup", type=int, default=5, help="steps dropped at the start of every fit")
+    parser.add_argument("--fp8-steps", type=int, default=15, help="timed steps per fp8 fit (after --warmup)")
+    parser.add_argument("--layers", type=int, default=0, help="fp8 model blocks (default 18: ~1B parameters)")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="dense half-precision peak of the GPU")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=ROOT / "build" / "benchmarks", help="output folder")
+    where.add_argument("--update-docs", action="store_true", help=f"write into {DOCS.relative_to(ROOT)}")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; needs no GPU")
+    parser.add_argument("--fp8", action="store_true", help="the fp8 section only (same as --sections fp8)")
+    args = parser.parse_args(argv)
+    args.sections = [s.strip() for s in ("fp8" if args.fp8 else args.sections).split(",") if s.strip()]
+    args.setups = [s.strip() for s in args.setups.split(",") if s.strip()]
+    for label, chosen, allowed in (("section", args.sections, SECTIONS), ("setup", args.setups, SETUPS)):
+        if not chosen or (bad := [c for c in chosen if c not in allowed]):
+            parser.error(
+                f"unknown {label}(s) {', '.join(chosen and bad) or '(none)'}; choose from {', '.join(allowed)}"
+            )
+    if args.steps < 2 or args.warmup < 0 or args.budget_s <= 0:
+        parser.error("--steps must be at least 2, --warmup at least 0 and --budget-s positive")
+    if args.update_docs:
+        args.out = DOCS
+    return args
+
+
+# ---- inside the rank -------------------------------------------------------------------------------------------
 def _loss(logits: Any, tokens: Any) -> Any:
     import torch
 
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
 
 
-def _start(m: dict[str, int], steps: int, seed: int) -> tuple[Any, Any, Any]:
-    """TinyGPT from ``m``, ``steps`` batches of synthetic tokens and a CUDA-synchronised ``bench.runs.Clock``."""
+def tokens(m: dict[str, int], steps: int, seed: int) -> list[Any]:
+    """``steps`` batches of random token ids (int64, ``(batch, seq + 1)``)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, m["vocab"], (m["batch"], m["seq"] + 1), generator=gen) for _ in range(steps)]
+
+
+def measure(fit: Callable[[Callable[[], None]], list[float]], warmup: int, device: str) -> dict[str, Any]:
+    """Run ``fit(tick)`` (``tick()`` at the start of every step and once after the last; returns the losses) and
+    time it: per-step seconds after ``warmup`` (CUDA-synchronised on a GPU), the last loss, peak CUDA memory."""
     import torch
 
     from bench.runs import Clock
-    from precision_base.testing.models import TinyGPT
 
-    gen, gpt = torch.Generator().manual_seed(seed), TinyGPT(**{k: v for k, v in m.items() if k != "batch"})
-    data = [torch.randint(0, m["vocab"], (m["batch"], m["seq"] + 1), generator=gen) for _ in range(steps)]
-    return gpt, data, Clock(torch.cuda.synchronize)
-
-
-def _fit(setup: str, variant: str, precision: str, m: dict[str, int], steps: int) -> list[float]:
-    """One fit of ``steps`` steps; the step times (CUDA-synchronised at each step start, slowest rank)."""
-    import torch
-
-    from precision_base.testing.launch import ensure_process_group, world_size
-    from precision_base.testing.models import GPTBlock
-
-    world, rank = world_size(), int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(rank)
-    (gpt, data, clock), block_cls = _start(m, steps, 1000 + rank), GPTBlock
-    if variant == "hand":
-        ensure_process_group("nccl")
-        _hand(setup, precision, gpt, block_cls, data, clock.tick)
-    else:
-        _lightning(setup, variant, precision, gpt, block_cls, data, clock.tick, world)
-    return list(clock.result(0)["times"])
+    cuda = device == "cuda"
+    if cuda:
+        gc.collect()  # the previous fit's Trainer and model (reference cycles) must not count in this peak
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    clock = Clock(torch.cuda.synchronize if cuda else lambda: None)
+    start = time.perf_counter()
+    losses = fit(clock.tick)
+    times = clock.result(warmup)["times"]
+    return {"step_s": report.summarize(times), "times": times, "losses": losses, "final_loss": losses[-1],
+            "peak_memory_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+            "fit_s": time.perf_counter() - start}  # fmt: skip
 
 
-def _lightning(
-    setup: str, variant: str, precision: str, gpt: Any, block_cls: Any, data: Any, tick: Any, world: int
-) -> None:
-    import lightning.pytorch as pl
-    import torch
-    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+def lightning_fit(setup: str, variant: str, precision: str, net: Any, data: list[Any], accelerator: str = "cuda",
+                  compile_blocks: bool = False) -> Callable[[Callable[[], None]], list[float]]:  # fmt: skip
+    """``fit(tick)`` training ``net`` on ``data`` (one batch per step) under ``setup`` with ours or the built-in."""
 
-    import precision_base
-    from bench.runs import bench_module, fsdp2_variant
-    from precision_base.testing.models import QUIET
+    def fit(tick: Callable[[], None]) -> list[float]:
+        import lightning.pytorch as pl
+        import torch
+        from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
 
-    ours, shard = f"{'deepspeed' if setup == 'deepspeed' else 'fsdp'}:{precision}", cast(Any, None)
-    if setup == "fsdp2":
-        trainer_cls, shard, kw = fsdp2_variant(variant, precision)
-        strategy: Any = ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1)
-    else:
-        trainer_cls = precision_base.Trainer if variant == "ours" else pl.Trainer
-        kw = {"precision_plugin": precision_base.resolve(ours)} if variant == "ours" else {"precision": precision}
-        strategy = FSDPStrategy(auto_wrap_policy={block_cls}) if setup == "fsdp1" else "deepspeed_stage_2"
-    module = bench_module(gpt, lambda net, tokens: _loss(net(tokens[:, :-1]), tokens), tick, 1e-4, shard=shard)
-    trainer = trainer_cls(accelerator="cuda", devices=world, strategy=strategy, max_steps=len(data), **kw, **QUIET)
-    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
+        import precision_base
+        from bench.runs import bench_module, fsdp2_variant
+        from precision_base.testing.models import QUIET, GPTBlock
+
+        shard, kw = None, {}
+        if setup == "fsdp2":
+            trainer_cls, shard, kw = fsdp2_variant(variant, precision)
+            strategy: Any = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1)
+        elif setup == "single":  # the fp8 section: the plugin picks its own strategy
+            trainer_cls, strategy = precision_base.Trainer, "auto"
+            kw = {"precision_plugin": precision_base.resolve(precision)}
+        else:
+            backend = "deepspeed" if setup.startswith("zero") else "fsdp"
+            trainer_cls = precision_base.Trainer if variant == "ours" else pl.Trainer
+            kw = {"precision_plugin": precision_base.resolve(f"{backend}:{precision}")} if variant == "ours" else {
+                "precision": precision}  # fmt: skip
+            strategy = (FSDPStrategy(auto_wrap_policy={GPTBlock}) if backend == "fsdp"
+                        else DeepSpeedStrategy(stage=int(setup[-1])))  # fmt: skip
+        if compile_blocks:
+            for block in net.blocks:
+                block.compile()
+        module = bench_module(net, lambda n, t: _loss(n(t[:, :-1]), t), tick, 1e-4, shard=shard)
+        if strategy != "auto":
+            kw["strategy"] = strategy
+        trainer = trainer_cls(accelerator=accelerator, devices=1, max_steps=len(data), **kw, **QUIET)
+        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
+        fit.converted = len(getattr(trainer.precision_plugin, "fp8_converted", []))  # type: ignore[attr-defined]
+        return list(module.losses)
+
+    return fit
 
 
-def _hand(setup: str, precision: str, net: Any, block_cls: Any, data: Any, tick: Any) -> None:
-    import torch
-    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-    from bench.runs import backward_and_step
-
-    low, dev = torch.bfloat16 if precision == "bf16-mixed" else torch.float16, torch.device("cuda")
-    net = net.to(dev)
-    if setup == "fsdp1":
-        from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
-        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-
-        mp = MixedPrecision(param_dtype=low, reduce_dtype=torch.float32, buffer_dtype=low)
-        net = FullyShardedDataParallel(net, auto_wrap_policy=ModuleWrapPolicy({block_cls}), mixed_precision=mp)
-    elif setup == "fsdp2":
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        for module in [*net.blocks, net]:
-            fully_shard(module, mp_policy=MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32))
-    scaler = (ShardedGradScaler if setup == "fsdp1" else torch.amp.GradScaler)("cuda", enabled=low == torch.float16)
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
-    if setup == "deepspeed":
-        import deepspeed
-
-        config = {"train_micro_batch_size_per_gpu": len(data[0]), "gradient_accumulation_steps": 1,
-                  "zero_allow_untested_optimizer": True, "zero_optimization": {"stage": 2, "overlap_comm": True},
-                  ("bf16" if low == torch.bfloat16 else "fp16"): {"enabled": True}}  # fmt: skip
-        engine, *_ = deepspeed.initialize(model=net, optimizer=opt, config=config)
-    for tokens in data:
-        tick()
-        tokens = tokens.to(dev, non_blocking=True)
-        if setup == "deepspeed":
-            engine.backward(_loss(engine(tokens[:, :-1]), tokens))
-            engine.step()
-            continue
-        with torch.autocast("cuda", dtype=low):
-            logits = net(tokens[:, :-1])
-        backward_and_step(_loss(logits, tokens), opt, scaler)
-    tick()
+def _journal(path: str, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def worker(args: dict[str, Any]) -> dict[str, Any]:
-    """Inside each rank: interleaved rounds of every (setup, precision, variant) until the budget is spent."""
+    """Inside the rank: the fits, then the fp8 fits, each while its section's budget lasts; a line per fit in the
+    journal (``{"kind", ..., "error"?}``)."""
     import torch
 
-    deadline, rng = time.time() + args["budget_s"], random.Random(0)
-    samples, errors, skipped = dict[str, list[list[float]]](), dict[str, str](), list[str]()
-    for _, setup, precision in itertools.product(range(args["rounds"]), args["setups"], args["precisions"]):
-        for variant in rng.sample(VARIANTS, len(VARIANTS)):
-            key = f"{setup}|{precision}|{variant}"
-            if key in errors or time.time() > deadline:
-                skipped += [key] if key not in errors else []
-                continue
-            try:
-                times = _fit(setup, variant, precision, args["model"], args["warmup"] + args["steps"])
-                samples.setdefault(key, []).append(times[args["warmup"] :])
-            except Exception as exc:  # one broken combination must not lose the others' results
-                errors[key] = f"{type(exc).__name__}: {exc}"[:500]
-            torch.cuda.empty_cache()
-    return {"samples": samples, "errors": errors, "skipped": sorted(set(skipped))}
+    from precision_base.testing.models import TinyGPT
 
-
-def fp8_fit(spec: str, m: dict[str, int], steps: int, warmup: int) -> dict[str, Any]:
-    """One fit on one GPU under ``spec``: parameters, tokens/s (median step after ``warmup``), peak memory (GiB)."""
-    import torch
-
-    import precision_base
-    from bench.runs import bench_module
-    from precision_base.testing.models import QUIET
-
-    gc.collect()  # the previous spec's Trainer and model (reference cycles) must not count in this peak
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    gpt, data, clock = _start(m, steps, 0)
-    module = bench_module(gpt, lambda net, tokens: _loss(net(tokens[:, :-1]), tokens), clock.tick, 1e-4)
-    trainer = precision_base.Trainer(precision_plugin=spec, accelerator="cuda", devices=1, max_steps=steps, **QUIET)
-    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
-    step_s = report.summarize(clock.result(warmup)["times"])
-    return {"spec": spec, "parameters": sum(p.numel() for p in gpt.parameters()), "step_s": step_s,
-            "tokens_per_s": m["batch"] * m["seq"] / step_s["median"],
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-            "converted_linears": len(getattr(trainer.precision_plugin, "fp8_converted", []))}  # fmt: skip
-
-
-def fp8_main(args: argparse.Namespace, start: float) -> int:
-    """``--fp8``: every spec of :data:`FP8_SPECS` in turn, ratios to the first; JSON + markdown + PNG."""
-    from precision_fsdp.float8 import hardware_problem
-
-    no_torchao = 'torchao is not installed: pip install "precision-fsdp[fp8]"'
-    reason = hardware_problem() if find_spec("torchao") else no_torchao
-    if reason is not None:
-        print(f"fp8 GPU benchmark skipped: {reason}")
-        return 0
-    import torch
-
-    m = {**FP8_MODEL, "layers": args.layers or FP8_MODEL["layers"]}
-    results = [fp8_fit(spec, m, args.warmup + args.steps, args.warmup) for spec in FP8_SPECS]
-    for r in results:
-        r["tokens_per_s_vs_bf16_mixed"] = r["tokens_per_s"] / results[0]["tokens_per_s"]
-        r["memory_vs_bf16_mixed"] = r["peak_memory_gib"] / results[0]["peak_memory_gib"]
-    rows = [[r["spec"], f"{r['parameters']:,}", r["converted_linears"], f"{r['tokens_per_s']:,.0f}",
-             f"{r['tokens_per_s_vs_bf16_mixed']:.3f}", f"{r['peak_memory_gib']:.2f}",
-             f"{r['memory_vs_bf16_mixed']:.3f}"] for r in results]  # fmt: skip
-    header = ["spec", "parameters", "fp8 Linears", "tokens/s", "vs bf16-mixed", "peak GiB", "vs bf16-mixed"]
-    name = torch.cuda.get_device_name(0)
-    body = f"{name}; model {m}; {args.steps} steps after {args.warmup} warm-up.\n\n" + report.md_table(header, rows)
-
-    def plot(plt: Any) -> Any:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for j, key in enumerate(("tokens_per_s_vs_bf16_mixed", "memory_vs_bf16_mixed")):
-            ax.bar([i + (j - 0.5) * 0.4 for i in range(len(results))], [r[key] for r in results], 0.4, label=key)
-        ax.set_xticks(range(len(results)), [r["spec"] for r in results], fontsize=8)
-        ax.legend(fontsize=8)
-        return fig
-
-    paths = report.write(args.out, "fp8-gpu", "GPU: FP8 against bf16-mixed", body, plot, start, quick=False,
-                         machine={**report.machine_info(), "gpu": name}, config={"model": m, "steps": args.steps,
-                         "warmup": args.warmup}, results=results, findings=[])  # fmt: skip
-    print(f"gpu_bench --fp8 -> {paths[0]}")
-    return 0
+    p, journal = args["plan"], args["journal"]
+    start = time.time()
+    deadline = start + p["budget_s"].get("fits", 0.0)
+    m, steps = p["model"], p["warmup"] + p["steps"]
+    for fit in p["fits"]:
+        if time.time() > deadline:
+            _journal(journal, {"kind": "fit", **fit, "skipped": "time budget spent"})
+            continue
+        try:
+            with torch.device("cuda"):
+                net = TinyGPT(**{k: v for k, v in m.items() if k != "batch"})
+            lf = lightning_fit(fit["setup"], fit["variant"], fit["precision"], net, tokens(m, steps, 1000))
+            _journal(journal, {"kind": "fit", **fit, **measure(lf, p["warmup"], "cuda")})
+        except Exception as exc:  # one broken combination must not lose the others' results
+            _journal(journal, {"kind": "fit", **fit, "error": f"{type(exc).__name__}: {exc}"[:800]})
+        torch.cuda.empty_cache()
+    deadline = max(deadline, time.time()) + p["budget_s"].get("fp8", 0.0)
+    m8, longest = p["fp8_model"], 60.0
+    for fit in p["fp8"]:
+        net = None
+        if time.time() + longest > deadline:
+            _journal(journal, {"kind": "fp8", **fit, "skipped": "time budget spent"})
+            continue
+        try:
+            with torch.device("cuda"):
+                net = TinyGPT(**{k: v for k, v in m8.items() if k != "batch"})
+            lf = lightning_fit("single", "ours", fit["spec"], net, tokens(m8, p["warmup"] + p["fp8_steps"], 0),
+                               compile_blocks=fit["compile"])  # fmt: skip
+            record = measure(lf, p["warmup"], "cuda")
+            longest = max(longest, record["fit_s"])
+            _journal(journal, {"kind": "fp8", **fit, **record, "parameters": sum(x.numel() for x in net.parameters()),
+                               "converted_linears": getattr(lf, "converted", 0)})  # fmt: skip
+        except Exception as exc:
+            _journal(journal, {"kind": "fp8", **fit, "error": f"{type(exc).__name__}: {exc}"[:800]})
+        del net
+        torch.cuda.empty_cache()
+    return {"done": True}
 
 
 # ---- in the driver -------------------------------------------------------------------------------------------
-def analyse(raw: dict[str, Any], m: dict[str, int], peak: float | None, gpus: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, rounds in raw["samples"].items():
-        setup, precision, variant = key.split("|")
-        s = report.summarize([t for r in rounds for t in r])
-        tps = m["batch"] * m["seq"] * gpus / s["median"]
-        entry = out.setdefault(f"{setup}|{precision}", {"variants": {}, "ratios": {}})
-        entry["variants"][variant] = dict(step_s=s, tokens_per_s=tps, mfu=mfu(tps, m, peak, gpus), rounds=rounds)
-    for entry in out.values():
+def analyse(records: list[dict[str, Any]], m8: dict[str, int], peak: float | None) -> dict[str, Any]:
+    """Fits grouped by (setup, precision): per variant the pooled step summary, peak memory, final loss; ratios."""
+    by: dict[str, Any] = {}
+    for r in (r for r in records if r["kind"] == "fit" and "step_s" in r):
+        v = by.setdefault(f"{r['setup']}|{r['precision']}", {"variants": {}, "ratios": {}})["variants"]
+        e = v.setdefault(r["variant"], {"rounds": [], "peak_memory_bytes": [], "final_loss": []})
+        e["rounds"].append(r["times"])
+        e["peak_memory_bytes"].append(r["peak_memory_bytes"])
+        e["final_loss"].append(r["final_loss"])
+    for entry in by.values():
         v = entry["variants"]
-        for a, b in (("ours", "builtin"), ("ours", "hand"), ("builtin", "hand")):
-            if a in v and b in v:
-                pa, pb = ([t for r in v[x]["rounds"] for t in r] for x in (a, b))
-                entry["ratios"][f"{a}/{b}"] = report.ratio(pa, pb, v[a]["rounds"], v[b]["rounds"])
-    return out
+        for e in v.values():
+            e["step_s"] = report.summarize([t for rs in e["rounds"] for t in rs])
+            e["tokens_per_s"] = MODEL["batch"] * MODEL["seq"] / e["step_s"]["median"]
+        if "ours" in v and "builtin" in v:
+            pa, pb = ([t for rs in v[x]["rounds"] for t in rs] for x in ("ours", "builtin"))
+            entry["ratios"]["ours/builtin"] = report.ratio(pa, pb, v["ours"]["rounds"], v["builtin"]["rounds"])
+            entry["memory_ours/builtin"] = max(v["ours"]["peak_memory_bytes"]) / max(v["builtin"]["peak_memory_bytes"])
+    fp8 = [r for r in records if r["kind"] == "fp8" and "step_s" in r]
+    for r in fp8:
+        r["tokens_per_s"] = m8["batch"] * m8["seq"] / r["step_s"]["median"]
+        r["mfu"] = mfu(r["tokens_per_s"], m8, peak, 1)
+        base = next((b for b in fp8 if b["spec"] == FP8_SPECS[0] and b["compile"] == r["compile"]), None)
+        r["tokens_per_s_vs_bf16_mixed"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
+        r["memory_vs_bf16_mixed"] = r["peak_memory_bytes"] / base["peak_memory_bytes"] if base else None
+    return {"fits": by, "fp8": fp8,
+            "errors": [r for r in records if "error" in r],
+            "skipped": [r for r in records if "skipped" in r]}  # fmt: skip
+
+
+def _label(r: dict[str, Any]) -> str:
+    if r["kind"] == "fp8":
+        return f"{r['spec']}, compile {'on' if r['compile'] else 'off'}"
+    return f"{r['setup']} {r['precision']} {r['variant']} (round {r['round'] + 1})"
+
+
+def write_report(out: Path, results: dict[str, Any], machine: dict[str, Any], config: dict[str, Any],
+                 start: float) -> list[Path]:  # fmt: skip
+    """``gpu.json``, ``gpu.md`` and ``gpu.png`` in ``out`` (then the folder's index pages)."""
+    from bench import index
+
+    rows = []
+    for key, e in results["fits"].items():
+        for v, x in e["variants"].items():
+            r = e["ratios"].get("ours/builtin") if v == "ours" else None
+            mem = e.get("memory_ours/builtin") if v == "ours" else None
+            rows.append([*key.split("|"), v, f"{x['step_s']['median'] * 1e3:.2f}", f"{x['tokens_per_s']:,.0f}",
+                         report.fmt_bytes(max(x["peak_memory_bytes"])), f"{x['final_loss'][-1]:.4f}",
+                         report.fmt_ratio(r) + f" ({r['verdict']})" if r else "",
+                         f"{mem:.3f}" if mem else ""])  # fmt: skip
+    fp8_rows = [[r["spec"], "on" if r["compile"] else "off", f"{r['parameters']:,}", r["converted_linears"],
+                 f"{r['tokens_per_s']:,.0f}", "-" if r["mfu"] is None else f"{r['mfu']:.1%}",
+                 "-" if r["tokens_per_s_vs_bf16_mixed"] is None else f"{r['tokens_per_s_vs_bf16_mixed']:.3f}",
+                 report.fmt_bytes(r["peak_memory_bytes"]),
+                 "-" if r["memory_vs_bf16_mixed"] is None else f"{r['memory_vs_bf16_mixed']:.3f}"]
+                for r in results["fp8"]]  # fmt: skip
+    m, m8 = config["plan"]["model"], config["plan"]["fp8_model"]
+    body = (
+        f"{machine.get('gpu')}; one GPU. Fits: TinyGPT {m}, {config['plan']['steps']} steps after "
+        f"{config['plan']['warmup']} warm-up steps per fit, {config['rounds']} interleaved round(s). Step time: "
+        "median ms; peak: CUDA memory allocated; loss: after the last step.\n\n"
+        + (report.md_table(["setup", "precision", "variant", "step ms", "tokens/s", "peak memory", "final loss",
+                            "step time ours / built-in", "peak memory ours / built-in"], rows) if rows
+           else "No fit of this section completed.")
+        + f"\n\n## FP8 against bf16-mixed\n\nTinyGPT {m8}, {config['plan']['fp8_steps']} steps after "
+        f"{config['plan']['warmup']} warm-up; `torch.compile` on each block when on; MFU at "
+        f"{config['peak_tflops']} TFLOP/s.\n\n"
+        + (report.md_table(["spec", "compile", "parameters", "fp8 Linears", "tokens/s", "MFU", "vs bf16-mixed",
+                            "peak memory", "vs bf16-mixed"], fp8_rows) if fp8_rows
+           else f"Not run: {config.get('fp8_problem') or 'no fp8 fit completed'}.")
+        + "".join(f"\n\nFailed: {_label(r)}: {r['error']}" for r in results["errors"])
+        + ("\n\nNot run (time budget spent): " + ", ".join(_label(r) for r in results["skipped"])
+           if results["skipped"] else "")
+    )  # fmt: skip
+
+    def plot(plt: Any) -> Any:
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 9))
+        keys = list(results["fits"])
+        for j, v in enumerate(VARIANTS):
+            xs = [i for i, k in enumerate(keys) if v in results["fits"][k]["variants"]]
+            ys = [results["fits"][keys[i]]["variants"][v]["step_s"]["median"] * 1e3 for i in xs]
+            ax1.bar([x + (j - 0.5) * 0.4 for x in xs], ys, 0.4, color=f"C{j}", label=v)
+        ax1.set_xticks(range(len(keys)), [k.replace("|", " ") for k in keys], rotation=90)
+        ax1.set_ylabel("median step time, ms")
+        ax1.legend(frameon=False)
+        labels = [_label(r) for r in results["fp8"]]
+        ax2.barh(range(len(labels)), [r["tokens_per_s"] for r in results["fp8"]])
+        ax2.set_yticks(range(len(labels)), labels)
+        ax2.set_xlabel("tokens/s, ~1B-parameter TinyGPT")
+        fig.tight_layout()
+        return fig
+
+    findings = [f"{k.replace('|', ' ')} ours/builtin = {report.fmt_ratio(r)}: {r['verdict']}"
+                for k, e in results["fits"].items() if (r := e["ratios"].get("ours/builtin"))]  # fmt: skip
+    findings += [f"{_label(r)}: {r['tokens_per_s']:,.0f} tokens/s" + (f", {r['tokens_per_s_vs_bf16_mixed']:.3f}x "
+                 "bf16-mixed" if r["tokens_per_s_vs_bf16_mixed"] else "") for r in results["fp8"]]  # fmt: skip
+    paths = report.write(out, "gpu", "GPU: one CUDA GPU", body, plot, start, quick=False, machine=machine,
+                         config=config, results=results, findings=findings)  # fmt: skip
+    index.write(out)
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--devices", type=int, default=0, help="GPUs to use (default: all visible)")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new fits after this many s")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=8)
-    parser.add_argument("--setups", default=",".join(SETUPS))
-    parser.add_argument("--precisions", default=",".join(PRECISIONS))
-    parser.add_argument("--peak-tflops", type=float, default=None, help="dense half-precision peak per GPU")
-    parser.add_argument("--out", type=Path, default=report.ROOT / "build" / "benchmarks")
-    parser.add_argument("--fp8", action="store_true", help="fp8-tensorwise/-rowwise vs bf16-mixed, ~1B GPT, one GPU")
-    parser.add_argument("--layers", type=int, default=0, help="--fp8: GPT blocks (default 18; fewer for small GPUs)")
-    args = parser.parse_args(argv)
-    if args.fp8:
-        return fp8_main(args, time.perf_counter())
+    args = parse(argv)
+    p = plan(args)
+    if args.dry_run:
+        print(f"gpu_bench plan: {len(p['fits'])} fits (setups {', '.join(args.setups)}; {args.rounds} round(s); "
+              f"bf16 precisions only where the GPU supports bf16) within {p['budget_s'].get('fits', 0):.0f} s, "
+              f"{len(p['fp8'])} fp8 fits within {p['budget_s'].get('fp8', 0):.0f} s; "
+              f"results into {args.out}")  # fmt: skip
+        for fit in p["fits"]:
+            print(f"  fit  {fit['setup']:6} {fit['precision']:10} {fit['variant']:8} round {fit['round'] + 1}")
+        for fit in p["fp8"]:
+            print(f"  fp8  {fit['spec']:20} compile {'on' if fit['compile'] else 'off'}")
+        return 0
     import torch
 
     if not torch.cuda.is_available():
-        print("gpu_bench.py needs a CUDA GPU; none is visible here.", file=sys.stderr)
+        print("gpu_bench.py needs a CUDA GPU and none is visible (torch.cuda.is_available() is False; torch "
+              f"{torch.__version__}). Run it on a machine with one CUDA GPU and a CUDA build of torch, or pass "
+              "--dry-run to see the plan.", file=sys.stderr)  # fmt: skip
         return 2
-    name, world = torch.cuda.get_device_name(0), args.devices or torch.cuda.device_count()
-    peak = peak_tflops(name, args.peak_tflops)
-    config = {"model": MODEL, "flops_per_token": flops_per_token(MODEL), "peak_tflops_per_gpu": peak, "gpus": world,
-              "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, "budget_s": args.budget_s,
-              "setups": args.setups.split(","), "precisions": args.precisions.split(",")}  # fmt: skip
-    start, threads, cwd = time.perf_counter(), max(1, (os.cpu_count() or 2) // world), Path(__file__).parent
-    raw = run_ranks("gpu_bench:worker", config, world=world, threads=threads, timeout=args.budget_s + 300, cwd=cwd)
-    results = analyse(raw, MODEL, peak, world)
-    rows = []
-    for key, e in results.items():
-        for v, x in e["variants"].items():
-            ratios = [report.fmt_ratio(e["ratios"][r]) if v == "ours" and r in e["ratios"] else "" for r in RATIOS]
-            rows.append([*key.split("|"), v, f"{x['step_s']['median'] * 1e3:.2f}", f"{x['tokens_per_s']:,.0f}",
-                         "-" if x["mfu"] is None else f"{x['mfu']:.1%}", *ratios])  # fmt: skip
-    body = (
-        f"{name} x {world}; model {MODEL}; {args.rounds} interleaved rounds x {args.steps} steps ({args.warmup} "
-        f"warm-up steps dropped per fit); MFU at {peak} TFLOP/s per GPU.\n\n"
-        + report.md_table(["setup", "precision", "variant", "step ms", "tokens/s", "MFU", *RATIOS], rows)
-        + "".join(f"\n\nFailed: {k}: {e}" for k, e in raw["errors"].items())
-        + (f"\n\nNot run (budget spent): {', '.join(raw['skipped'])}" if raw["skipped"] else "")
-    )
+    start = time.perf_counter()
+    p = plan(args, bf16=torch.cuda.is_bf16_supported())
+    name = torch.cuda.get_device_name(0)
+    fp8_problem = None
+    if "fp8" in args.sections:
+        from precision_fsdp.float8 import hardware_problem
 
-    def plot(plt: Any) -> Any:
-        fig, ax = plt.subplots(figsize=(9, 4))
-        for i, e in enumerate(results.values()):
-            for j, v in enumerate(VARIANTS):
-                if v in e["variants"]:
-                    label = v if i == 0 else None
-                    ax.bar(i + (j - 1) * 0.27, e["variants"][v]["tokens_per_s"], 0.27, color=f"C{j}", label=label)
-        ax.set_xticks(range(len(results)), [k.replace("|", "\n") for k in results], fontsize=7)
-        ax.set_ylabel("tokens/s (all GPUs)")
-        ax.legend(fontsize=8)
-        return fig
-
-    findings = [f"{k} ours/builtin = {report.fmt_ratio(r)}: {r['verdict']}" for k, e in results.items()
-                if (r := e["ratios"].get("ours/builtin"))]  # fmt: skip
-    results_all = {"by_setup": results, "errors": raw["errors"], "skipped": raw["skipped"]}
-    paths = report.write(args.out, "gpu", "GPU: step overhead and throughput", body, plot, start, quick=False,
-                         machine={**report.machine_info(), "gpu": name}, config=config, results=results_all,
-                         findings=findings)  # fmt: skip
-    print(f"gpu_bench: {time.perf_counter() - start:.0f} s -> {paths[0]}")
-    return 1 if raw["errors"] else 0
+        fp8_problem = hardware_problem() if find_spec("torchao") else "torchao is not installed (precision-fsdp[fp8])"
+        if fp8_problem:
+            p["fp8"] = []
+            p["budget_s"]["fits"] += p["budget_s"].pop("fp8")
+    config = {"plan": p, "rounds": args.rounds, "peak_tflops": peak_tflops(name, args.peak_tflops),
+              "fp8_problem": fp8_problem, "gpus": 1}  # fmt: skip
+    journal = Path(tempfile.mkdtemp(prefix="gpu-bench-")) / "journal.jsonl"
+    journal.touch()
+    env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
+    failure = None
+    try:
+        report_timeout = sum(p["budget_s"].values()) + 45.0  # a fit that started in time may run past the budget
+        run_ranks("gpu_bench:worker", {"plan": p, "journal": str(journal)}, world=1, threads=os.cpu_count(),
+                  timeout=report_timeout, cwd=Path(__file__).parent, env=env)  # fmt: skip
+    except Exception as exc:  # the journal still holds every completed fit
+        failure = f"{type(exc).__name__}: {str(exc)[:2000]}"
+    records = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    results = analyse(records, p["fp8_model"], config["peak_tflops"])
+    results["run_failure"] = failure
+    paths = write_report(args.out, results, {**report.machine_info(), "gpu": name}, config, start)
+    print(f"gpu_bench: {time.perf_counter() - start:.0f} s -> {paths[0]}" + (f" ({failure})" if failure else ""))
+    return 1 if failure or results["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from bench import discovery, index, memory, numerics, overhead, report
 
-BENCHMARKS = ("overhead-fsdp", "overhead-deepspeed", "discovery", "memory", "numerics")
+OVERHEAD = {overhead.name_of(b, m): (b, m) for m in ("mlp", "llama", "resnet") for b in ("fsdp", "deepspeed")}
+BENCHMARKS = (*OVERHEAD, "discovery", "memory", "numerics")
 DOCS = report.ROOT / "docs" / "benchmarks"
 
 
@@ -38,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {name} ...", flush=True)
         try:
             machine = report.machine_info()
-            if name.startswith("overhead-"):
-                paths = overhead.run(args.quick, machine, out, name.removeprefix("overhead-"))
+            if name in OVERHEAD:
+                paths = overhead.run(args.quick, machine, out, *OVERHEAD[name])
             elif name == "discovery":
                 paths = discovery.run(args.quick, machine, out, args.cache)
             else:

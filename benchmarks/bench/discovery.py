@@ -108,10 +108,10 @@ def run(quick: bool, machine: dict[str, Any], out: Path, cache: Path) -> list[Pa
     )
 
     def plot(plt: Any) -> Any:
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 8.5))
         labels = list(results["process_wall_s"])
         ax1.barh(range(len(labels)), [results["process_wall_s"][k]["0"]["median"] * 1e3 for k in labels])
-        ax1.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax1.set_yticks(range(len(labels)), labels)
         ax1.set_xscale("log")
         ax1.set_xlabel("fresh-interpreter wall time, ms (no dummy plugins)")
         for label in ("precision-plugins list", "import precision_base", "python -c pass"):
@@ -120,7 +120,8 @@ def run(quick: bool, machine: dict[str, Any], out: Path, cache: Path) -> list[Pa
         ax2.set_xscale("log")
         ax2.set_xlabel("installed dummy plugin distributions (0 drawn at 0.5)")
         ax2.set_ylabel("ms")
-        ax2.legend(fontsize=7)
+        ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+        fig.tight_layout()
         return fig
 
     config = {"counts": counts, "commands": COMMANDS}

@@ -1,5 +1,6 @@
-"""``index.md`` of a results folder: the headline numbers of every result found there and links to the details;
-in ``docs/benchmarks`` also ``analysis.md`` (the maintainers' reading of the committed run) verbatim."""
+"""``index.md`` and ``analysis.md`` of a results folder, generated from the ``*.json`` results found there: every number
+and every verdict on these pages comes from the JSON (nothing is hand-written), and each result's freshness against
+the code it measured (:mod:`bench.freshness`) is stated."""
 
 from __future__ import annotations
 
@@ -7,47 +8,113 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.report import SCHEMA, fmt_bytes, fmt_ratio, md_table
+from bench import freshness
+from bench.freshness import SCHEMA
+from bench.report import fmt_bytes, fmt_ratio, md_table
 
-PAGES = {"overhead-fsdp": "Per-step overhead: FSDP2", "overhead-deepspeed": "Per-step overhead: DeepSpeed",
+OVERHEAD = {f"overhead-{b}" + ("" if m == "mlp" else f"-{m}"): (b, m) for m in ("mlp", "llama", "resnet")
+            for b in ("fsdp", "deepspeed")}  # fmt: skip
+PAGES = {**{n: f"Per-step overhead: {'FSDP2' if b == 'fsdp' else 'DeepSpeed'}, {m}" for n, (b, m) in OVERHEAD.items()},
          "discovery": "Discovery cost", "memory": "Memory per rank", "numerics": "Numerics",
-         "gpu": "GPU: step overhead and throughput", "fp8-gpu": "GPU: FP8 against bf16-mixed"}  # fmt: skip
+         "gpu": "GPU: one CUDA GPU"}  # fmt: skip
+TARGET_HAND_16_MIXED = 1.03
+TARGET_REAL_UPPER = 1.03
 INTRO = """# Benchmarks
 
 Our precision plugins measured side by side with Lightning's built-in plugins and with a hand-written torch loop
-doing the same casts, autocast and loss scaling (the floor). Every figure is a ratio of two things measured in the
-same run, interleaved, on the same machine; spreads are 95% bootstrap intervals of the ratio of medians.
+doing the same casts, autocast and loss scaling (the floor), on a residual MLP and on two real architectures built
+from transformers configs (a Llama decoder and a BatchNorm ResNet). Every figure is a ratio of two things measured
+in the same run, interleaved, on the same machine; spreads are 95% bootstrap intervals of the ratio of medians.
+This page and [the reading of the results](analysis.md) are generated from the JSON files beside them.
 
-Reproduce: `python benchmarks/run.py` (results into `build/benchmarks/`; `--update-docs` writes this folder;
-`--quick` for a smoke run). On a CUDA machine: `python benchmarks/gpu_bench.py`. Each page records the machine.
+Reproduce: `nox -s bench -- --update-docs` (or `python benchmarks/run.py --update-docs`; without it results go to
+`build/benchmarks/`; `--quick` for a smoke run; `--only NAME,...` for a subset). On a machine with one CUDA GPU:
+`nox -s gpu`. Each result's page records the machine, its load at the start and end, the commit and the command.
 
 **What the CPU comparison can and cannot say.** Lightning's built-in `FSDPPrecision` hard-codes
-`torch.autocast("cuda")`: on CPU its `*-mixed` precisions run no autocast (every op, LayerNorm and softmax
-included, in bf16/fp16) and reduce gradients in bf16/fp16; ours autocasts on the model's device and reduces in fp32
-by default. So for FSDP `*-mixed`, "ours vs built-in" compares two different computations; the
-`ours reduce=low` column separates the parts. Lightning's own `DeepSpeedStrategy` refuses the
-CPU, so both DeepSpeed Lightning variants run on precision-deepspeed's `DeepSpeedCPUStrategy`. On a CPU without
-AVX-512 BF16/FP16, bf16 and fp16 compute are slower than fp32: compare plugins within a precision.
+`torch.autocast("cuda")`: on CPU its `*-mixed` precisions run no autocast and reduce gradients in bf16/fp16, and at
+`16-mixed` its `ShardedGradScaler` disables itself (no loss scaling). Ours autocasts on the model's device, reduces
+in fp32 by default and scales the fp16 loss. So for FSDP `*-mixed`, "ours vs built-in" compares two different
+computations; "ours vs hand-written" compares the same work (autocast + `GradScaler`), and the
+`ours reduce=low` column separates the reduction's part. Lightning's own `DeepSpeedStrategy` refuses the CPU, so
+both DeepSpeed Lightning variants run on precision-deepspeed's `DeepSpeedCPUStrategy`.
 """
+
+
+def load(out: Path) -> tuple[dict[str, Any], list[str]]:
+    """The results of the current schema in ``out``, and a line per result left out (older harness)."""
+    found, dropped = {}, []
+    for name in PAGES:
+        path = out / f"{name}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            if data.get("schema") == SCHEMA:
+                found[name] = data
+            else:
+                dropped.append(f"`{name}.json` was written by harness schema {data.get('schema')!r}, not {SCHEMA!r}: "
+                               f"left out; refresh: `{freshness.refresh_command(name)}`")  # fmt: skip
+    return found, dropped
+
+
+def _verdict_words(r: dict[str, Any]) -> str:
+    return {"slower": "slower beyond the 95% interval, in every round", "faster": "faster beyond the 95% interval, in "
+            "every round"}.get(r["verdict"], r["verdict"])  # fmt: skip
 
 
 def _overhead_rows(d: dict[str, Any]) -> list[list[str]]:
     cells = [("wall", "ours/builtin"), ("wall", "ours/hand"), ("cpu", "ours/builtin"), ("cpu", "ours/hand")]
-    return [[d["config"]["backend"], p, f"{e['wall']['step_s']['ours']['median'] * 1e3:.2f}",
+    return [[d["config"]["backend"], d["config"].get("model", "mlp"), p,
+             f"{e['wall']['step_s']['ours']['median'] * 1e3:.2f}",
              *(f"{fmt_ratio(e[k]['ratios'][r])} ({e[k]['ratios'][r]['verdict']})" for k, r in cells)]
             for p, e in d["results"].items()]  # fmt: skip
 
 
+def _gpu_section(found: dict[str, Any], out: Path) -> str:
+    if "gpu" not in found:
+        return ("## GPU\n\nNot run yet: no GPU result is committed. On a machine with one CUDA GPU, "
+                "`nox -s gpu -- --update-docs` writes it here (about 8 minutes).")  # fmt: skip
+    d = found["gpu"]
+    m = d["machine"]
+    return (f"## GPU\n\n{m.get('gpu')}, commit {str(m['git_commit'])[:10]}, {m['time_utc']}: "
+            f"[the full report](gpu.md).\n\n" + "\n".join(f"- {f}" for f in d["findings"]))  # fmt: skip
+
+
+def _freshness_lines(found: dict[str, Any], out: Path) -> list[str]:
+    lines = []
+    for name, d in found.items():
+        m = d["machine"]
+        problem = None
+        try:
+            problem = freshness.check_result(out / f"{name}.json")
+        except RuntimeError:  # a folder outside this repository's history
+            pass
+        state = f"**stale**: {problem.message}" if problem else "current"
+        dirty = m.get("uncommitted_measured_files") or []
+        lines.append(
+            f"- [{PAGES[name]}]({name}.md): {d['duration_s']:.0f} s, {m['time_utc']}, "
+            f"commit {str(m['git_commit'])[:10]} ({state}); load average at start {m['load_average_1_5_15'][0]}, "
+            "at end "
+            f"{m.get('load_average_at_end', ['?'])[0]} on {m['usable_cpus']} CPUs"
+            + (
+                f"; measured with uncommitted changes to {len(dirty)} measured file(s) ({', '.join(dirty[:3])}"
+                f"{', ...' if len(dirty) > 3 else ''}; all listed in the JSON)"
+                if dirty
+                else ""
+            )
+            + (" (quick smoke run)" if d["quick"] else "")
+        )
+    return lines
+
+
 def write(out: Path) -> Path:
-    """Write ``out/index.md`` from the ``*.json`` results in ``out``; return its path."""
+    """Write ``out/index.md`` and ``out/analysis.md`` from the ``*.json`` results in ``out``; return index's path."""
     out.mkdir(parents=True, exist_ok=True)  # also when every benchmark failed before writing
-    loaded = {n: json.loads((out / f"{n}.json").read_text()) for n in PAGES if (out / f"{n}.json").exists()}
-    found = {n: d for n, d in loaded.items() if d.get("schema") == SCHEMA}  # results of an older harness: left out
+    found, dropped = load(out)
     parts = [INTRO]
-    overhead = [row for n in ("overhead-fsdp", "overhead-deepspeed") if n in found for row in _overhead_rows(found[n])]
+    overhead = [row for n in OVERHEAD if n in found for row in _overhead_rows(found[n])]
     if overhead:
-        header = ["backend", "precision", "ours: step ms", *(f"{k}: ours / {v}" for k in ("wall", "CPU")
-                                                              for v in ("built-in", "hand-written"))]  # fmt: skip
+        header = ["backend", "model", "precision", "ours: step ms",
+                  *(f"{k}: ours / {v}" for k in ("wall", "CPU") for v in ("built-in", "hand-written"))]  # fmt: skip
         parts.append(
             "## Per-step overhead (2 processes on CPU)\n\nAbove 1: ours is slower.\n\n" + md_table(header, overhead)
         )
@@ -56,16 +123,106 @@ def write(out: Path) -> Path:
         rows = [[r["setup"], r["world"], fmt_bytes(sum(r["bytes"].values())), fmt_bytes(r["peak_rss_delta"])]
                 for r in found["memory"]["results"] if r["precision"] == "bf16-mixed"]  # fmt: skip
         parts.append("## Memory per rank (bf16-mixed)\n\n" + md_table(header, rows))
-    for name, d in found.items():
-        if d["findings"] and not name.startswith("overhead"):
-            parts.append(f"## {PAGES[name]}\n\n" + "\n".join(f"- {f}" for f in d["findings"]))
-    if "gpu" not in found:
-        parts.append("## GPU\n\nNo GPU result here yet: `python benchmarks/gpu_bench.py` on a CUDA machine.")
-    if (out / "analysis.md").exists():
-        parts.append((out / "analysis.md").read_text().strip())
-    runs = [f"- [{PAGES[n]}]({n}.md): {d['duration_s']:.0f} s, {d['machine']['time_utc']}, commit "
-            f"{d['machine']['git_commit']}" + (" (quick smoke run)" if d["quick"] else "")
-            for n, d in found.items()]  # fmt: skip
-    parts.append("## Results on this page\n\n" + "\n".join(runs))
+    for name in ("discovery", "memory", "numerics"):
+        if name in found and found[name]["findings"]:
+            parts.append(f"## {PAGES[name]}\n\n" + "\n".join(f"- {f}" for f in found[name]["findings"]))
+    parts.append(_gpu_section(found, out))
+    total = sum(d["duration_s"] for d in found.values() if d["machine"].get("gpu") is None)
+    parts.append(
+        "## Results on this page\n\n"
+        + (f"The CPU benchmarks took {total / 60:.1f} minutes in all on this machine at the load shown.\n\n" if total
+           else "")
+        + "\n".join(_freshness_lines(found, out) + [f"- {line}" for line in dropped])
+    )  # fmt: skip
     (out / "index.md").write_text("\n\n".join(p.strip() for p in parts) + "\n")
+    (out / "analysis.md").write_text(analysis(found, dropped))
     return out / "index.md"
+
+
+# ---- analysis.md: the verdicts and the targets, in sentences generated from the numbers -------------------------
+def _target(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def _overhead_reading(name: str, d: dict[str, Any]) -> list[str]:
+    backend, _model = OVERHEAD[name]
+    out = [f"### {PAGES[name]}\n"]
+    loads = (d["machine"]["load_average_1_5_15"][0], d["machine"].get("load_average_at_end", ["?"])[0])
+    out.append(f"{d['config']['rounds']} interleaved rounds x {d['config']['steps']} steps per variant, load average "
+               f"{loads[0]} at the start and {loads[1]} at the end on {d['machine']['usable_cpus']} CPUs. "
+               f"[Details]({name}.md).\n")  # fmt: skip
+    for precision, e in d["results"].items():
+        sentences = []
+        for label, key in (("ours / built-in", "ours/builtin"), ("ours / hand-written", "ours/hand")):
+            w, c = e["wall"]["ratios"].get(key), e["cpu"]["ratios"].get(key)
+            if w and c:
+                sentences.append(f"{label}: wall {fmt_ratio(w)}, {_verdict_words(w)}; CPU time {fmt_ratio(c)}, "
+                                 f"{_verdict_words(c)}")  # fmt: skip
+        skip = ""
+        if backend == "fsdp" and precision.endswith("-mixed"):
+            skip = (" The built-in does less work here on a CPU (no autocast, reduction in the compute dtype"
+                    + (", no loss scaling" if precision == "16-mixed" else "") + "): the like-for-like figure is "
+                    "ours / hand-written.")  # fmt: skip
+        out.append(f"- `{backend}:{precision}`: " + "; ".join(sentences) + "." + skip)
+    return out
+
+
+def _targets(found: dict[str, Any]) -> list[str]:
+    out = ["## Targets\n"]
+    for name in ("overhead-fsdp", "overhead-deepspeed"):
+        hooks = (found.get(name) or {}).get("hooks") or {}
+        if hooks:
+            over = [f"`{p}` {fmt_ratio(h['ours/builtin'])} ({_verdict_words(h['ours/builtin'])})"
+                    for p, h in hooks.items() if h["ours/builtin"]["ratio"] > 1]  # fmt: skip
+            us = "; ".join(f"`{p}` {h['us_per_step']['ours']['median']:.1f} vs "
+                           f"{h['us_per_step']['builtin']['median']:.1f}" for p, h in hooks.items())  # fmt: skip
+            out.append(f"- The plugin's own per-step hooks at most the built-in's at every precision "
+                       f"({OVERHEAD[name][0]}, µs per step ours vs built-in: {us}): {_target(not over)}"
+                       + (f"; above 1: {', '.join(over)}." if over else "."))  # fmt: skip
+    fsdp = found.get("overhead-fsdp")
+    if fsdp and "16-mixed" in fsdp["results"]:
+        r = fsdp["results"]["16-mixed"]["cpu"]["ratios"]["ours/hand"]
+        out.append(f"- MLP, `fsdp:16-mixed`, ours / hand-written doing the same work (autocast + `GradScaler`), CPU "
+                   f"time, at most {TARGET_HAND_16_MIXED}: {fmt_ratio(r)}: "
+                   f"{_target(r['ratio'] <= TARGET_HAND_16_MIXED)}.")  # fmt: skip
+    real = [n for n, (_b, m) in OVERHEAD.items() if m != "mlp" and n in found]
+    for name in real:
+        for precision, e in found[name]["results"].items():
+            r = e["wall"]["ratios"]["ours/builtin"]
+            ok = r["ci95"][0] <= 1 <= r["ci95"][1] and r["ci95"][1] <= TARGET_REAL_UPPER
+            out.append(f"- {PAGES[name]}, `{precision}`, ours / built-in step time (wall): the interval includes 1 "
+                       f"and its upper end is at most {TARGET_REAL_UPPER}: {fmt_ratio(r)}: {_target(ok)}.")  # fmt: skip
+    if len(out) == 1:
+        out.append("- No overhead result here to check a target against.")
+    return out
+
+
+def analysis(found: dict[str, Any], dropped: list[str]) -> str:
+    loads = [d["machine"]["load_average_1_5_15"][0] for d in found.values()]
+    loads += [d["machine"].get("load_average_at_end", [None])[0] for d in found.values()]
+    known = [x for x in loads if x is not None]
+    cpus = {d["machine"]["usable_cpus"] for d in found.values()}
+    parts = [
+        "# Reading the results\n",
+        "Generated from the JSON results in this folder by `benchmarks/bench/index.py`: every number and verdict "
+        "below is computed from them. A ratio is called slower or faster only when its whole 95% interval is on one "
+        "side of 1 and every interleaved round agrees; otherwise it is the same within the spread.\n",
+    ]
+    if known:
+        parts.append(f"The machine's 1-minute load average ranged from {min(known)} to {max(known)} across the "
+                     f"results, on {', '.join(map(str, sorted(cpus)))} usable CPUs: above the CPU count, runs wait "
+                     "for a CPU, which widens wall-time intervals; CPU time per step leaves that wait "
+                     "out.\n")  # fmt: skip
+    parts += _targets(found)
+    parts.append("\n## Per-step overhead\n")
+    for name in OVERHEAD:
+        if name in found:
+            parts += [*_overhead_reading(name, found[name]), ""]
+    for name in ("memory", "numerics", "discovery"):
+        if name in found:
+            parts.append(f"## {PAGES[name]}\n")
+            parts += [f"- {f}" for f in found[name]["findings"]] or ["- Nothing beyond the tables."]
+            parts.append("")
+    if dropped:
+        parts += ["## Left out\n", *(f"- {line}" for line in dropped)]
+    return "\n".join(parts).rstrip() + "\n"

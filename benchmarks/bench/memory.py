@@ -139,7 +139,7 @@ def run(quick: bool, machine: dict[str, Any], out: Path) -> list[Path]:
 
     def plot(plt: Any) -> Any:
         precisions = list(dict.fromkeys(r["precision"] for r in rows))
-        fig, axes = plt.subplots(1, len(precisions), figsize=(4.2 * len(precisions), 4), sharey=True, squeeze=False)
+        fig, axes = plt.subplots(1, len(precisions), figsize=(2.9 * len(precisions), 4.8), sharey=True, squeeze=False)
         for ax, precision in zip(axes[0], precisions, strict=True):
             sel = [r for r in rows if r["precision"] == precision]
             bottom = [0.0] * len(sel)
@@ -149,10 +149,12 @@ def run(quick: bool, machine: dict[str, Any], out: Path) -> list[Path]:
                 bottom = [a + b for a, b in zip(bottom, vals, strict=True)]
             rss = [r["peak_rss_delta"] / 2**20 for r in sel]
             ax.plot(range(len(sel)), rss, "k_", markersize=14, label="peak RSS delta")
-            ax.set_xticks(range(len(sel)), [f"{r['setup']}\n{r['world']} rank(s)" for r in sel], fontsize=7)
-            ax.set_title(precision, fontsize=9)
+            ax.set_xticks(range(len(sel)), [f"{r['setup']} x{r['world']}" for r in sel], rotation=90)
+            ax.set_title(precision)
         axes[0][0].set_ylabel("MiB on rank 0")
-        axes[0][-1].legend(fontsize=7)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
+        fig.tight_layout()
         return fig
 
     return report.write(out, "memory", "Memory per rank", body, plot, start, quick=quick, machine=machine,

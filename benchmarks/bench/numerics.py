@@ -119,16 +119,16 @@ def run(quick: bool, machine: dict[str, Any], out: Path) -> list[Path]:
     )
 
     def plot(plt: Any) -> Any:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+        fig, axes = plt.subplots(2, 1, figsize=(8, 9))
         for ax, backend in zip(axes, ("fsdp", "deepspeed"), strict=True):
             ref = next((r for r in rows if r["name"] == f"{backend}:32-true"), None)
             for r in (r for r in rows if r["backend"] == backend and ref):
                 diff = [a - b for a, b in zip(r["losses"], ref["losses"], strict=True)]  # type: ignore[index]
                 ax.plot(diff, "--" if r["variant"] == "builtin" else "-", lw=1, label=r["name"].split(":", 1)[1])
             ax.axhline(0, color="k", lw=0.5)
-            ax.set_title(f"{backend}: training loss minus the 32-true run's", fontsize=9)
+            ax.set_title(f"{backend}: training loss minus the 32-true run's")
             ax.set_xlabel("step")
-            ax.legend(fontsize=6)
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=10)
         return fig
 
     return report.write(out, "numerics", "Numerics", body, plot, start, quick=quick, machine=machine, config=config,

@@ -23,8 +23,9 @@ import numpy as np
 from packaging.utils import canonicalize_name
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = "precision-plugins-bench/2"
+from bench.freshness import MEASURED, ROOT, SCHEMA
+
+__all__ = ["ROOT", "SCHEMA"]
 VERSIONS = ("torch", "lightning", "deepspeed", "precision-base", "precision-fsdp", "precision-deepspeed")
 
 
@@ -86,7 +87,9 @@ def machine_info() -> dict[str, Any]:
     flags = next((ln.split(":", 1)[1].split() for ln in cpuinfo.splitlines() if ln.startswith("flags")), [])
     installed: dict[str, str] = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
     versions = {"python": platform.python_version(), **{d: installed.get(d) for d in VERSIONS}}
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *MEASURED], capture_output=True,
+                           text=True).stdout.splitlines()  # fmt: skip
     return {
         "cpu_model": model or platform.processor(),
         "cpu_flags": [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16") if f in flags],
@@ -94,10 +97,16 @@ def machine_info() -> dict[str, Any]:
         "memory_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "versions": versions,
         "git_commit": commit.stdout.strip() or None,
+        "uncommitted_measured_files": [line[3:] for line in dirty],
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
     }
+
+
+def legend_below(fig: Any, ax: Any, entries: int, columns: int = 3) -> None:
+    """The axes' legend below the plot, outside it, in up to ``columns`` columns (readable at page width)."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(columns, max(entries, 1)), frameon=False)
 
 
 def write(
@@ -107,6 +116,7 @@ def write(
     findings), ``<name>.md`` (``body`` and the
     machine) and ``<name>.png`` (the figure ``plot(pyplot)`` returns); ``start``: ``perf_counter()`` at the start."""
     out.mkdir(parents=True, exist_ok=True)
+    data["machine"] = {**data["machine"], "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
     data = {"schema": SCHEMA, "benchmark": name, "duration_s": time.perf_counter() - start, **data}
     clean = json.loads(json.dumps(data), parse_constant=lambda _: None)  # JSON has no NaN/inf: null instead
     (out / f"{name}.json").write_text(json.dumps(clean, indent=1) + "\n")
@@ -116,7 +126,16 @@ def write(
         f"CPU: {m['cpu_model']} ({m['usable_cpus']} usable CPUs; flags: {', '.join(m['cpu_flags']) or 'none of note'})",
         f"memory: {m['memory_total_bytes'] / 2**30:.1f} GiB",
         "versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v),
-        f"commit {m['git_commit']}, {m['time_utc']}, load average at start {m['load_average_1_5_15']}",
+        f"commit {str(m['git_commit'])[:10]}, {m['time_utc']}; load average (1, 5, 15 min) at start "
+        f"{m['load_average_1_5_15']}, at end {m['load_average_at_end']} on {m['usable_cpus']} CPUs",
+        *(
+            [
+                f"uncommitted changes to {len(dirty)} measured file(s) at the start: {', '.join(dirty[:5])}"
+                + (", ... (all in the JSON)" if len(dirty) > 5 else "")
+            ]
+            if (dirty := m.get("uncommitted_measured_files"))
+            else []
+        ),
         f"command: `{m['command']}`; duration {data['duration_s']:.0f} s",
     ]
     findings = "".join(f"\n- {f}" for f in data.get("findings", []))
@@ -130,8 +149,10 @@ def write(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = plot(plt)
-    fig.tight_layout()
-    fig.savefig(out / f"{name}.png", dpi=110)
+    # figures at most ~8 in wide, shown at the page's ~800 px width: text stays at 11-13 pt there
+    with plt.rc_context({"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 11,
+                         "xtick.labelsize": 11, "ytick.labelsize": 11}):  # fmt: skip
+        fig = plot(plt)
+        fig.savefig(out / f"{name}.png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return [out / f"{name}.{ext}" for ext in ("json", "md", "png")]

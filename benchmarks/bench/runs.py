@@ -1,5 +1,5 @@
-"""Training runs inside the ranks (started by ``precision_base.testing.launch.run_ranks``), three ways each, on
-``precision_base.testing.models.ResidualMLP``'s teacher task (same weights and batches in every run): ``ours``
+"""Training runs inside the ranks (started by ``precision_base.testing.launch.run_ranks``), three ways each, on one
+of :mod:`bench.models` (``Task.model``; the same weights and batches in every run): ``ours``
 (``precision_base.Trainer``), ``builtin`` (Lightning's precision plugin, same strategy) and ``hand`` (no Lightning:
 the floor). FSDP2 runs under ``ModelParallelStrategy``, DeepSpeed under precision-deepspeed's ``DeepSpeedCPUStrategy``
 (Lightning's refuses the CPU). Each run returns per-step wall and CPU times after ``warmup`` (slowest rank), losses,
@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
+from bench import models
 from precision_base.plugin_support import precision_dtype
 from precision_base.testing.launch import ensure_process_group, run_ranks, world_size
-from precision_base.testing.models import QUIET, ResidualMLP, teacher_data
+from precision_base.testing.models import QUIET
 
 OnStep = Callable[[Any, Any], None] | None
 REDUCE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -38,9 +39,10 @@ class Task:
     batch: int = 32  # per rank
     lr: float = 1e-3
     seed: int = 1234
+    model: str = "mlp"  # one of bench.models.MODELS; width, depth and classes shape the MLP only
 
-    def net(self) -> ResidualMLP:
-        return ResidualMLP(self.width, self.depth, self.classes, self.seed)
+    def net(self) -> Any:
+        return models.build(self.model, self.width, self.depth, self.classes, self.seed)
 
 
 def in_ranks(target: str, args: dict[str, Any], world: int = 2, threads: int = 1) -> Any:
@@ -53,7 +55,7 @@ def in_ranks(target: str, args: dict[str, Any], world: int = 2, threads: int = 1
 def loader(task: Task, steps: int) -> torch.utils.data.DataLoader[Any]:
     """Exactly ``steps`` batches for this rank, its own slice of the same data (as Lightning's sampler gives)."""
     world, rank = world_size(), int(os.environ.get("RANK", "0"))
-    data = teacher_data(steps * task.batch * world, task.width, task.classes, task.seed)
+    data = models.data(task.model, steps * task.batch * world, task.width, task.classes, task.seed)
     sampler: Any = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
     return torch.utils.data.DataLoader(data, batch_size=task.batch, sampler=sampler)
 
@@ -71,7 +73,13 @@ def backward_and_step(loss: torch.Tensor, opt: Any, scaler: Any, before_step: An
 
 
 def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.cross_entropy(out.float(), y)
+    """Cross-entropy in fp32 over the last dimension of ``out`` (classes or vocabulary), targets int64."""
+    return torch.nn.functional.cross_entropy(out.float().flatten(0, -2), y.flatten())
+
+
+def cast_input(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Floating inputs to ``dtype`` (what the plugins' ``convert_input`` does); token ids stay int64."""
+    return x.to(dtype) if x.is_floating_point() else x
 
 
 class Clock:
@@ -207,7 +215,7 @@ def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str,
     for x, y in loader(task, warmup + steps):
         clock.tick()
         with torch.autocast("cpu", dtype=low) if mixed else contextlib.nullcontext():
-            out = net(x.to(storage))
+            out = net(cast_input(x, storage))
         loss = loss_fn(out, y)
         losses.append(float(loss.detach()))
         backward_and_step(loss, opt, scaler, None if on_step is None else lambda: on_step(net, opt))
@@ -248,7 +256,7 @@ def deepspeed(variant: str, precision: str, task: Task, steps: int, warmup: int,
     clock, losses = Clock(), []
     for x, y in loader(task, warmup + steps):
         clock.tick()
-        loss = loss_fn(engine(x.to(low)), y)
+        loss = loss_fn(engine(cast_input(x, low)), y)
         losses.append(float(loss.detach()))
         engine.backward(loss)
         if on_step is not None:

@@ -1,0 +1,118 @@
+"""Is a committed benchmark result current? Standard library and git only (CI's ``tools`` session runs it without
+torch or numpy).
+
+A result is current when (1) its ``schema`` is :data:`SCHEMA`, the version of the harness that writes results now,
+and (2) the commit it records (``machine.git_commit``) contains the last commit that changed the code it measures:
+the plugins' ``src/`` folders and the harness (:data:`MEASURED`; the page generators and this module are left out,
+they change no measured number). A result from a commit git does not know, or from a shallow clone, cannot be shown
+current and counts as a problem. GPU results (:data:`NEEDS_GPU`) are checked the same way, but a stale one is a
+warning, not a failure: no CI machine here can refresh it.
+
+    python benchmarks/bench/freshness.py [folder]    # exit 1 with one line per stale CPU result
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = "precision-plugins-bench/3"
+"""Written into every result; raise it when a result's layout or the meaning of a measured figure changes."""
+MEASURED = (
+    "packages/precision-base/src",
+    "packages/precision-fsdp/src",
+    "packages/precision-deepspeed/src",
+    "benchmarks/run.py",
+    "benchmarks/gpu_bench.py",
+    "benchmarks/bench",
+    ":(exclude)benchmarks/bench/index.py",
+    ":(exclude)benchmarks/bench/freshness.py",
+)
+"""git pathspecs of the code a result measures."""
+NEEDS_GPU = ("gpu",)
+REFRESH = "nox -s bench -- --update-docs"
+
+
+def refresh_command(benchmark: str) -> str:
+    """The command that rewrites one committed result."""
+    if benchmark in NEEDS_GPU:
+        return "nox -s gpu -- --update-docs (on a machine with one CUDA GPU)"
+    return f"{REFRESH} --only {benchmark}"
+
+
+@dataclass(frozen=True)
+class Problem:
+    benchmark: str
+    message: str
+    fatal: bool
+
+    def __str__(self) -> str:
+        return f"{self.benchmark}: {self.message}; refresh: {refresh_command(self.benchmark)}"
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+
+
+def last_change(root: Path = ROOT) -> str:
+    """The full hash of the last commit that changed the measured code."""
+    proc = _git(root, "log", "-1", "--format=%H", "HEAD", "--", *MEASURED)
+    if proc.returncode or not proc.stdout.strip():
+        raise RuntimeError(f"git log found no commit changing the measured code in {root}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def check_result(path: Path, root: Path = ROOT, last: str | None = None) -> Problem | None:
+    """The problem with one result file, or None when it is current."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    name = str(data.get("benchmark") or path.stem)
+    fatal = name not in NEEDS_GPU
+    if data.get("schema") != SCHEMA:
+        return Problem(name, f"written by harness schema {data.get('schema')!r}, the harness writes {SCHEMA!r}", fatal)
+    if data.get("quick"):
+        return Problem(name, "a --quick smoke run was committed; published results need a full run", fatal)
+    commit = (data.get("machine") or {}).get("git_commit")
+    if not commit:
+        return Problem(name, "the result records no source commit", fatal)
+    if _git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        return Problem(
+            name, "this clone is shallow, so the source commit cannot be compared (git fetch --unshallow)", True
+        )
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode:
+        return Problem(name, f"its source commit {commit} is not in this repository's history", fatal)
+    last = last or last_change(root)
+    if _git(root, "merge-base", "--is-ancestor", last, commit).returncode:
+        behind = _git(root, "rev-list", "--count", f"{commit}..{last}", "--", *MEASURED).stdout.strip()
+        return Problem(
+            name,
+            f"measured at commit {commit[:10]}, older than {last[:10]}, the last change to the code it measures "
+            f"({behind or '?'} commit(s) to {', '.join(p for p in MEASURED if not p.startswith(':'))} since)",
+            fatal,
+        )
+    return None
+
+
+def check_folder(folder: Path, root: Path = ROOT) -> list[Problem]:
+    """Every ``*.json`` result in ``folder`` that is not current."""
+    results = sorted(folder.glob("*.json"))
+    last = last_change(root) if results else None
+    return [p for r in results if (p := check_result(r, root, last)) is not None]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    folder = Path(args[0]) if args else ROOT / "docs" / "benchmarks"
+    problems = check_folder(folder)
+    for p in problems:
+        print(("STALE " if p.fatal else "stale (warning) ") + str(p))
+    if not problems:
+        print(f"every result in {folder} is current")
+    return 1 if any(p.fatal for p in problems) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""The models the CPU benchmarks train, each with its data and the blocks FSDP2 shards one by one.
+
+* ``mlp``: ``precision_base.testing.models.ResidualMLP`` on its teacher task (classes from ``teacher_data``).
+* ``llama``: transformers' ``LlamaForCausalLM`` from a tiny ``LlamaConfig`` (RMSNorm, rotary attention through
+  SDPA, SwiGLU), random weights, next-token loss on random token sequences; blocks: its decoder layers.
+* ``resnet``: transformers' ``ResNetForImageClassification`` from a small ``ResNetConfig`` (convolutions and
+  BatchNorm), random weights, random 32x32 images and labels; blocks: its stages.
+
+No weights are downloaded: every model is built from a config with a fixed seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from precision_base.testing.models import ResidualMLP, teacher_data
+
+MODELS = ("mlp", "llama", "resnet")
+LLAMA = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 128}  # fmt: skip
+LLAMA_SEQ = 64
+RESNET = {"num_channels": 3, "embedding_size": 16, "hidden_sizes": [32, 64], "depths": [2, 2], "layer_type": "basic",
+          "num_labels": 10}  # fmt: skip
+RESNET_IMAGE = 32
+
+
+class CausalLM(nn.Module):
+    """``LlamaForCausalLM`` returning its logits (float, ``(batch, seq, vocab)``) for token ids (int64)."""
+
+    def __init__(self, seed: int) -> None:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        super().__init__()
+        torch.manual_seed(seed)
+        self.lm = LlamaForCausalLM(LlamaConfig(**LLAMA))
+
+    @property
+    def blocks(self) -> list[nn.Module]:
+        return list(self.lm.model.layers)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.lm(input_ids=ids, use_cache=False).logits
+        return logits
+
+
+class ImageClassifier(nn.Module):
+    """``ResNetForImageClassification`` returning its logits for images (floating, ``(batch, 3, H, W)``)."""
+
+    def __init__(self, seed: int) -> None:
+        from transformers import ResNetConfig, ResNetForImageClassification
+
+        super().__init__()
+        torch.manual_seed(seed)
+        self.cnn = ResNetForImageClassification(ResNetConfig(**RESNET))
+
+    @property
+    def blocks(self) -> list[nn.Module]:
+        return list(self.cnn.resnet.encoder.stages)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.cnn(pixel_values=images).logits
+        return logits
+
+
+def build(model: str, width: int, depth: int, classes: int, seed: int) -> Any:
+    """A fresh model, the same weights for the same ``seed``; ``width``/``depth``/``classes`` shape the MLP only."""
+    if model == "mlp":
+        return ResidualMLP(width, depth, classes, seed)
+    if model == "llama":
+        return CausalLM(seed)
+    if model == "resnet":
+        return ImageClassifier(seed)
+    raise ValueError(f"unknown benchmark model {model!r}; choose from {', '.join(MODELS)}")
+
+
+def data(model: str, samples: int, width: int, classes: int, seed: int, split: int = 0) -> TensorDataset:
+    """``samples`` (input, target) pairs: the teacher task, token sequences (target = the next tokens), images."""
+    if model == "mlp":
+        return teacher_data(samples, width, classes, seed, split)
+    gen = torch.Generator().manual_seed(seed + 7919 * split)
+    if model == "llama":
+        tokens = torch.randint(0, LLAMA["vocab_size"], (samples, LLAMA_SEQ + 1), generator=gen)  # type: ignore[arg-type]
+        return TensorDataset(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    images = torch.randn(samples, 3, RESNET_IMAGE, RESNET_IMAGE, generator=gen)
+    return TensorDataset(images, torch.randint(0, int(RESNET["num_labels"]), (samples,), generator=gen))  # type: ignore[call-overload]
+
+
+def describe(model: str, width: int, depth: int, batch: int) -> str:
+    """One phrase for the pages: what was trained."""
+    if model == "mlp":
+        return f"{depth} residual MLP blocks of width {width}, batch {batch} per rank"
+    if model == "llama":
+        c = LLAMA
+        return (f"transformers LlamaForCausalLM from a tiny config ({c['num_hidden_layers']} layers, hidden "
+                f"{c['hidden_size']}, {c['num_attention_heads']} heads, vocab {c['vocab_size']}; random weights), "
+                f"{batch} sequences of {LLAMA_SEQ} tokens per rank")  # fmt: skip
+    c = RESNET
+    return (f"transformers ResNetForImageClassification from a small config (BatchNorm; stages {c['hidden_sizes']} x "
+            f"depths {c['depths']}; random weights), {batch} images of {RESNET_IMAGE}x{RESNET_IMAGE} "
+            "per rank")  # fmt: skip
+
+
+def parameters(model: str, width: int, depth: int, classes: int) -> int:
+    return sum(p.numel() for p in build(model, width, depth, classes, 0).parameters())

@@ -1,0 +1,143 @@
+"""gpu_bench.py's plumbing on a CPU: argument parsing, the plan, the refusal without CUDA, the step-time
+measurement on a tiny model (a plain loop and a real Lightning fit), and the report and index it writes. No speed is
+asserted; the GPU itself is not exercised here (no GPU on the machines these tests run on)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import gpu_bench
+from bench import index, report
+from precision_base.testing.launch import run_ranks
+from precision_base.testing.models import TinyGPT
+
+TINY = {"vocab": 32, "d_model": 16, "layers": 2, "heads": 2, "seq": 8, "batch": 2}
+HERE = Path(__file__).resolve()
+
+
+def test_arguments_and_plan() -> None:
+    args = gpu_bench.parse([])
+    assert (args.sections, args.setups, args.rounds) == (list(gpu_bench.SECTIONS), list(gpu_bench.SETUPS), 2)
+    p = gpu_bench.plan(args)
+    per_round = sum(len(gpu_bench.precisions_for(s, True)) for s in gpu_bench.SETUPS) * len(gpu_bench.VARIANTS)
+    assert per_round == (5 + 5 + 3 + 3) * 2
+    assert len(p["fits"]) == 2 * per_round
+    assert {f["setup"] for f in p["fits"]} == {"fsdp1", "fsdp2", "zero2", "zero3"}
+    assert [(f["spec"], f["compile"]) for f in p["fp8"]][:3] == [(s, False) for s in gpu_bench.FP8_SPECS]
+    assert sum(p["budget_s"].values()) == pytest.approx(args.budget_s)
+    no_bf16 = gpu_bench.plan(args, bf16=False)
+    assert not [f for f in no_bf16["fits"] if f["precision"].startswith("bf16")]
+    only_fp8 = gpu_bench.plan(gpu_bench.parse(["--sections", "fp8", "--layers", "4"]))
+    assert (only_fp8["fits"], only_fp8["budget_s"], only_fp8["fp8_model"]["layers"]) == ([], {"fp8": 400.0}, 4)
+    assert gpu_bench.parse(["--update-docs"]).out == gpu_bench.DOCS
+
+
+def test_bad_arguments_say_what_is_allowed(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        gpu_bench.parse(["--setups", "fsdp3"])
+    assert exc.value.code == 2
+    assert "unknown setup(s) fsdp3; choose from fsdp1, fsdp2, zero2, zero3" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_plan_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_bench.main(["--dry-run", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpu_bench plan: 32 fits (setups fsdp1, fsdp2, zero2, zero3; 1 round(s);")
+    assert "  fit  zero3  bf16-mixed" in out
+    assert "  fp8  fsdp:fp8-rowwise     compile on" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_without_cuda_it_exits_at_once_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_bench.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu_bench.py needs a CUDA GPU and none is visible (torch.cuda.is_available() is False")
+    assert "--dry-run" in err
+
+
+def test_measure_times_every_step_after_warmup_on_a_tiny_model() -> None:
+    net, data = TinyGPT(**{k: v for k, v in TINY.items() if k != "batch"}), gpu_bench.tokens(TINY, 6, 0)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+
+    def fit(tick: Any) -> list[float]:
+        losses = []
+        for batch in data:
+            tick()
+            loss = gpu_bench._loss(net(batch[:, :-1]), batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(float(loss.detach()))
+        tick()
+        return losses
+
+    r = gpu_bench.measure(fit, 2, "cpu")
+    assert len(r["times"]) == 4
+    assert all(t > 0 for t in r["times"])
+    assert r["step_s"]["n"] == 4
+    assert r["step_s"]["median"] > 0
+    assert r["final_loss"] == r["losses"][-1]
+    assert len(r["losses"]) == 6
+    assert math.isfinite(r["final_loss"])
+    assert r["peak_memory_bytes"] is None
+    assert r["fit_s"] >= sum(r["times"])
+
+
+def rank_fit(args: dict[str, Any]) -> dict[str, Any]:
+    """In a 1-rank process: a real Lightning fit through the plugin (the fp8 section's path) on the CPU."""
+    net = TinyGPT(**{k: v for k, v in TINY.items() if k != "batch"})
+    fit = gpu_bench.lightning_fit("single", "ours", args["spec"], net, gpu_bench.tokens(TINY, 5, 0), "cpu")
+    out = gpu_bench.measure(fit, 1, "cpu")
+    return {k: out[k] for k in ("times", "losses", "final_loss")}
+
+
+def test_a_real_lightning_fit_is_timed_step_by_step() -> None:
+    out = run_ranks(f"{HERE}:rank_fit", {"spec": "fsdp:32-true"}, world=1, threads=1, timeout=300, cwd=HERE.parents[1])
+    assert len(out["times"]) == 4
+    assert all(t > 0 for t in out["times"])
+    assert len(out["losses"]) == 5
+    assert math.isfinite(out["final_loss"])
+
+
+def _records() -> list[dict[str, Any]]:
+    step = {"times": [0.01, 0.011, 0.012], "losses": [9.0, 8.5], "final_loss": 8.5, "peak_memory_bytes": 2**30}
+    recs: list[dict[str, Any]] = [
+        {"kind": "fit", "round": r, "setup": "fsdp2", "precision": "bf16-mixed", "variant": v, **step,
+         "step_s": report.summarize(step["times"])} for r in (0, 1) for v in ("ours", "builtin")
+    ]  # fmt: skip
+    recs += [{"kind": "fp8", "spec": s, "compile": False, **step, "step_s": report.summarize(step["times"]),
+              "parameters": 10**9, "converted_linears": 72} for s in gpu_bench.FP8_SPECS[:2]]  # fmt: skip
+    recs.append({"kind": "fit", "round": 0, "setup": "zero3", "precision": "16-mixed", "variant": "ours",
+                 "error": "RuntimeError: boom"})  # fmt: skip
+    recs.append({"kind": "fp8", "spec": "fsdp:fp8-rowwise", "compile": True, "skipped": "time budget spent"})
+    return recs
+
+
+def test_report_and_index_from_journal_records(tmp_path: Path) -> None:
+    index.write(tmp_path)
+    assert "## GPU\n\nNot run yet" in (tmp_path / "index.md").read_text()
+    args = gpu_bench.parse(["--out", str(tmp_path)])
+    p = gpu_bench.plan(args)
+    results = gpu_bench.analyse(_records(), p["fp8_model"], 989.0)
+    assert results["fits"]["fsdp2|bf16-mixed"]["ratios"]["ours/builtin"]["ratio"] == 1.0
+    assert results["fits"]["fsdp2|bf16-mixed"]["memory_ours/builtin"] == 1.0
+    assert results["fp8"][1]["tokens_per_s_vs_bf16_mixed"] == 1.0
+    config = {"plan": p, "rounds": 2, "peak_tflops": 989.0, "fp8_problem": None, "gpus": 1}
+    machine = {**report.machine_info(), "gpu": "NVIDIA Test GPU"}
+    paths = gpu_bench.write_report(tmp_path, results, machine, config, 0.0)
+    assert [x.name for x in paths] == ["gpu.json", "gpu.md", "gpu.png"]
+    md = paths[1].read_text()
+    assert "| fsdp2 | bf16-mixed | ours | 11.00 |" in md
+    assert "Failed: zero3 16-mixed ours (round 1): RuntimeError: boom" in md
+    assert "Not run (time budget spent): fsdp:fp8-rowwise, compile on" in md
+    assert json.loads(paths[0].read_text())["benchmark"] == "gpu"
+    page = (tmp_path / "index.md").read_text()
+    assert "## GPU\n\nNVIDIA Test GPU, commit" in page
+    assert "[the full report](gpu.md)" in page
+    assert "Not run yet" not in page

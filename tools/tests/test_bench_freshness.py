@@ -1,0 +1,110 @@
+"""The committed benchmark results are current: written by the harness's schema, at a commit that contains the last
+change to the code they measure (benchmarks/bench/freshness.py). Also shown failing on old results: in a scratch git
+repository, and on this repository with a result that records an old commit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.packages import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench import freshness
+
+DOCS = ROOT / "docs" / "benchmarks"
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env)
+    return proc.stdout.strip()
+
+
+def _commit(repo: Path, path: str, text: str) -> str:
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    _git(repo, "add", path)
+    _git(repo, "commit", "-q", "-m", f"change {path}")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def _result(folder: Path, name: str, commit: str, schema: str = freshness.SCHEMA) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(
+        json.dumps({"schema": schema, "benchmark": name, "quick": False, "machine": {"git_commit": commit}})
+    )
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    _git(tmp_path, "init", "-q")
+    _commit(tmp_path, "packages/precision-fsdp/src/precision_fsdp/plugin.py", "v1\n")
+    return tmp_path
+
+
+def test_the_committed_results_are_current() -> None:
+    results = sorted(DOCS.glob("*.json"))
+    assert results, f"no committed results in {DOCS}"
+    problems = [str(p) for p in freshness.check_folder(DOCS) if p.fatal]
+    assert not problems, "stale benchmark results (regenerate them; see benchmarks/README.md):\n" + "\n".join(problems)
+
+
+def test_a_result_older_than_the_measured_code_fails_with_the_refresh_command(repo: Path) -> None:
+    measured_at = _git(repo, "rev-parse", "HEAD")
+    result = _result(repo / "docs", "overhead-fsdp", measured_at)
+    assert freshness.check_result(result, repo) is None
+    _commit(repo, "README.md", "docs only\n")  # not measured code: still current
+    _commit(repo, "benchmarks/bench/index.py", "page generator\n")  # excluded: generates pages only
+    assert freshness.check_result(result, repo) is None
+    last = _commit(repo, "packages/precision-fsdp/src/precision_fsdp/plugin.py", "v2\n")
+    problem = freshness.check_result(result, repo)
+    assert problem is not None
+    assert problem.fatal
+    assert f"measured at commit {measured_at[:10]}, older than {last[:10]}" in str(problem)
+    assert "1 commit(s) to" in str(problem)
+    assert str(problem).endswith("refresh: nox -s bench -- --update-docs --only overhead-fsdp")
+    _commit(repo, "benchmarks/bench/runs.py", "harness\n")  # the harness counts too
+    assert "1 commit(s) to" in str(freshness.check_result(_result(repo / "docs", "overhead-fsdp", last), repo))
+
+
+def test_an_old_schema_fails(repo: Path) -> None:
+    result = _result(repo / "docs", "memory", _git(repo, "rev-parse", "HEAD"), schema="precision-plugins-bench/1")
+    problem = freshness.check_result(result, repo)
+    assert problem is not None
+    assert problem.fatal
+    assert f"written by harness schema 'precision-plugins-bench/1', the harness writes {freshness.SCHEMA!r}" in str(
+        problem
+    )
+
+
+def test_an_unknown_commit_and_a_quick_run_fail(repo: Path) -> None:
+    unknown = freshness.check_result(_result(repo / "docs", "numerics", "0" * 40), repo)
+    assert unknown is not None
+    assert "is not in this repository's history" in unknown.message
+    quick = _result(repo / "docs", "numerics", _git(repo, "rev-parse", "HEAD"))
+    quick.write_text(json.dumps({**json.loads(quick.read_text()), "quick": True}))
+    assert "--quick smoke run" in str(freshness.check_result(quick, repo))
+
+
+def test_a_stale_gpu_result_is_a_warning_only(repo: Path) -> None:
+    result = _result(repo / "docs", "gpu", _git(repo, "rev-parse", "HEAD"))
+    _commit(repo, "packages/precision-base/src/precision_base/spec.py", "v2\n")
+    problem = freshness.check_result(result, repo)
+    assert problem is not None
+    assert not problem.fatal
+    assert "nox -s gpu" in str(problem)
+
+
+def test_this_repository_with_a_result_from_its_first_commit_fails(tmp_path: Path) -> None:
+    first = _git(ROOT, "rev-list", "--max-parents=0", "HEAD").splitlines()[0]
+    problems = freshness.check_folder(_result(tmp_path, "overhead-deepspeed", first).parent, ROOT)
+    assert [p.fatal for p in problems] == [True]
+    assert f"measured at commit {first[:10]}, older than {freshness.last_change(ROOT)[:10]}" in str(problems[0])
+    assert freshness.main([str(tmp_path)]) == 1

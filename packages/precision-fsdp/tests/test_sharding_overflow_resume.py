@@ -32,9 +32,9 @@ class Net(torch.nn.Module):
         self.head = torch.nn.Linear(8, 1)  # 9
 
 
-def test_default_policy_is_each_direct_child_with_parameters() -> None:
+def test_default_policy_is_the_repeated_blocks() -> None:
     net = Net()
-    assert units_to_shard(net) == [net.embed, net.blocks, net.head]
+    assert units_to_shard(net) == [net.blocks[0], net.blocks[1]], "more in test_default_units.py"
 
 
 @pytest.mark.parametrize("policy", [{Block}, [Block], (Block,)])
@@ -61,7 +61,8 @@ def test_children_left_in_the_root_unit_become_units_for_lightning() -> None:
     net = Net()
     # {Block} leaves embed and head to the root unit, whose forward Lightning never calls (it calls training_step)
     assert units_for_lightning(net, {Block}) == [net.blocks[0], net.blocks[1], net.embed, net.head]
-    assert units_for_lightning(net) == units_to_shard(net), "the default policy already makes every child a unit"
+    # the default policy: the blocks, then embed and head (held by no block), and the Sequential holding the blocks
+    assert units_for_lightning(net) == [net.blocks[0], net.blocks[1], net.embed, net.blocks, net.head]
     assert units_for_lightning(net, 100) == [net.blocks, net.embed, net.head]
 
 

@@ -6,6 +6,19 @@ match the end of a module's qualified name, dot-separated, with ``fnmatch`` wild
 (subclasses too). Inside a kept module (:func:`install_fp32_forward`) ``torch.autocast`` is off and floating inputs
 are cast to float32, so it computes in float32. What else a plugin does for kept modules (parameter dtype, sharding,
 gradient reduction) is the plugin's: see ``precision_fsdp.keep_fp32`` and ``precision_deepspeed.keep_fp32``.
+
+Besides the user's entries, two **default rules** (each off unless the plugin turns it on) make modules kept:
+
+* ``running_stats=True``: every layer whose running statistics are float buffers of its own
+  (:func:`has_float_running_stats`: ``BatchNorm1d/2d/3d``, ``SyncBatchNorm``, the lazy variants, ``InstanceNorm*``
+  with ``track_running_stats=True``, and any module built like them). Under ``*-mixed`` their weight would be
+  all-gathered or cast to fp16/bf16 while the running statistics stay float32, and the first forward fails with
+  ``RuntimeError: expected scalar type BFloat16 but found Float``; kept, they run in float32 with float32 stats.
+* ``hf_dtype=torch.float16`` / ``torch.bfloat16``: Hugging Face models' declared float32 modules
+  (:func:`hf_keep_in_fp32`): ``_keep_in_fp32_modules`` when the low dtype is float16 and
+  ``_keep_in_fp32_modules_strict`` for float16 and bfloat16, as transformers itself applies them when it loads a
+  model in that dtype. Their names are matched like patterns, relative to the model that declares them (``"wo"``
+  matches ``encoder.block.0.layer.1.DenseReluDense.wo`` of a T5 model held as ``self.net``).
 """
 
 from __future__ import annotations
@@ -38,7 +51,18 @@ class KeepFP32:
         TypeError: an entry is neither a non-empty string nor a ``torch.nn.Module`` subclass.
     """
 
-    def __init__(self, entries: Union[KeepSpec, Iterable[KeepSpec], None]) -> None:
+    def __init__(
+        self,
+        entries: Union[KeepSpec, Iterable[KeepSpec], None],
+        *,
+        running_stats: bool = False,
+        hf_dtype: Optional[torch.dtype] = None,
+    ) -> None:
+        self.running_stats = running_stats
+        """Default rule: modules with float running-statistics buffers are kept (:func:`has_float_running_stats`)."""
+        self.hf_dtype = hf_dtype
+        """Default rule: Hugging Face ``_keep_in_fp32_modules(_strict)`` for this low dtype (``None``: off)."""
+        self._default_entries: set[str] = set()
         if entries is None:
             entries = ()
         elif isinstance(entries, (str, type)):
@@ -56,7 +80,26 @@ class KeepFP32:
         self.classes: tuple[type[torch.nn.Module], ...] = tuple(i for i in items if isinstance(i, type))
 
     def __bool__(self) -> bool:
+        """Whether the user named any module (the default rules do not count)."""
         return bool(self.patterns or self.classes)
+
+    @property
+    def active(self) -> bool:
+        """Whether anything can be kept: user entries or a default rule that is on."""
+        return bool(self) or self.running_stats or self.hf_dtype in (torch.float16, torch.bfloat16)
+
+    def is_default(self, entry: str) -> bool:
+        """Whether ``entry`` (as :meth:`kept` reports it) comes from a default rule, not from the user's entries."""
+        return entry in self._default_entries
+
+    def describe_defaults(self) -> list[str]:
+        """The default rules that are on, as text (for dtype tables and ``precision-plugins show``)."""
+        rules = []
+        if self.running_stats:
+            rules.append(RUNNING_STATS_RULE)
+        if self.hf_dtype in (torch.float16, torch.bfloat16):
+            rules.append(_hf_rule(self.hf_dtype))
+        return rules
 
     def describe(self) -> list[str]:
         """The entries as text: patterns quoted, classes by qualified name."""
@@ -83,9 +126,15 @@ class KeepFP32:
                 return f"{cls.__module__}.{cls.__qualname__}"
         if name:
             for pattern in self.patterns:
-                if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, "*." + pattern):
+                if _name_matches(name, pattern):
                     return repr(pattern)
+        if self.running_stats and has_float_running_stats(module):
+            return self._default(f"{type(module).__name__} (float running-statistics buffers)")
         return None
+
+    def _default(self, entry: str) -> str:
+        self._default_entries.add(entry)
+        return entry
 
     def mark(self, root: torch.nn.Module) -> None:
         """Match names relative to ``root`` (the whole model) now and remember the kept modules, so that a kept
@@ -100,18 +149,76 @@ class KeepFP32:
         does not matter since none contains another. Subtrees for which ``skip(module)`` is true are not entered."""
         found: list[tuple[str, torch.nn.Module, str]] = []
 
-        def visit(name: str, module: torch.nn.Module) -> None:
+        def visit(name: str, module: torch.nn.Module, scopes: tuple[tuple[str, str, tuple[str, ...]], ...]) -> None:
             if module is not root and skip(module):
                 return
+            declared = hf_keep_in_fp32(module, self.hf_dtype)
+            if declared:
+                scopes = (*scopes, (name, type(module).__name__, declared))
             entry = self.match(name, module)
+            if entry is None:
+                entry = self._match_declared(name, scopes)
             if entry is not None:
                 found.append((name, module, entry))
                 return
             for child_name, child in module.named_children():
-                visit(f"{name}.{child_name}" if name else child_name, child)
+                visit(f"{name}.{child_name}" if name else child_name, child, scopes)
 
-        visit("", root)
+        visit("", root, ())
         return found
+
+    def _match_declared(self, name: str, scopes: tuple[tuple[str, str, tuple[str, ...]], ...]) -> Optional[str]:
+        for prefix, owner, patterns in scopes:
+            relative = name[len(prefix) + 1 :] if prefix else name
+            if not relative or (prefix and not name.startswith(prefix + ".")):
+                continue
+            for pattern in patterns:
+                if _name_matches(relative, pattern):
+                    return self._default(f"{owner}._keep_in_fp32_modules {pattern!r}")
+        return None
+
+
+RUNNING_STATS_RULE = (
+    "layers whose running statistics are float buffers (BatchNorm1d/2d/3d, SyncBatchNorm, InstanceNorm with "
+    "track_running_stats=True) are kept float32: float32 weight and running statistics, autocast off inside"
+)
+"""The running-statistics default rule, as the dtype tables state it."""
+
+
+def _hf_rule(dtype: torch.dtype) -> str:
+    which = (
+        "_keep_in_fp32_modules and _keep_in_fp32_modules_strict"
+        if dtype == torch.float16
+        else "_keep_in_fp32_modules_strict (transformers applies _keep_in_fp32_modules for float16 only)"
+    )
+    return f"Hugging Face models' {which} are kept float32, names relative to the model that declares them"
+
+
+def _name_matches(name: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, "*." + pattern)
+
+
+def has_float_running_stats(module: torch.nn.Module) -> bool:
+    """Whether ``module`` tracks running statistics in float buffers of its own: ``track_running_stats`` is true and
+    its ``running_mean`` or ``running_var`` buffer is a floating tensor (torch's BatchNorm, SyncBatchNorm and
+    InstanceNorm classes and their lazy variants, once they track statistics)."""
+    if not getattr(module, "track_running_stats", False):
+        return False
+    own = dict(module.named_buffers(recurse=False))
+    return any(own.get(n) is not None and own[n].is_floating_point() for n in ("running_mean", "running_var"))
+
+
+def hf_keep_in_fp32(module: torch.nn.Module, dtype: Optional[torch.dtype]) -> tuple[str, ...]:
+    """The module-name patterns a Hugging Face ``PreTrainedModel`` declares float32 for the low ``dtype``:
+    ``_keep_in_fp32_modules`` for float16, ``_keep_in_fp32_modules_strict`` for float16 and bfloat16 (as
+    transformers applies them when loading in that dtype); empty for other modules and dtypes."""
+    if dtype not in (torch.float16, torch.bfloat16) or not hasattr(module, "_keep_in_fp32_modules"):
+        return ()
+    names: list[str] = []
+    for attr in ("_keep_in_fp32_modules_strict",) + (("_keep_in_fp32_modules",) if dtype == torch.float16 else ()):
+        declared = getattr(module, attr, None) or ()
+        names.extend([declared] if isinstance(declared, str) else [str(n) for n in declared])
+    return tuple(sorted(set(n for n in names if n)))
 
 
 def is_kept(module: torch.nn.Module) -> bool:

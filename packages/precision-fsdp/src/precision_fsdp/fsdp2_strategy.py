@@ -18,7 +18,14 @@ from precision_fsdp._compat import (
     mesh_sizes,
     set_data_parallel_size,
 )
-from precision_fsdp.sharding import WrapPolicy, fsdp_version_of, units_for_lightning, units_to_shard
+from precision_fsdp.sharding import (
+    WrapPolicy,
+    describe_units,
+    fsdp_version_of,
+    separate_roots,
+    units_for_lightning,
+    units_to_shard,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -33,7 +40,8 @@ class FSDP2StrategyImpl(_LightningBase):
 
     Args:
         auto_wrap_policy: which submodules become FSDP2 units when the LightningModule does not shard itself:
-            ``None`` (each direct child with parameters), a set of module classes, a minimum number of parameters
+            ``None`` (blocks: ``_no_split_modules`` classes, else repeated same-class children of ``ModuleList`` /
+            ``Sequential``; tied parameters in one unit), a set of module classes, a minimum number of parameters
             (int), or a callable with FSDP1's policy signature; the same meaning as ``FSDPStrategy``'s
             ``auto_wrap_policy`` (see :mod:`precision_fsdp.sharding`). The LightningModule is always sharded last.
         data_parallel_size: size of the data-parallel (sharding) dimension. ``"auto"`` (default): every process
@@ -92,8 +100,11 @@ class FSDP2StrategyImpl(_LightningBase):
             super().setup(trainer)  # type: ignore[misc]
 
     def shard(self, model: torch.nn.Module) -> None:
-        """Apply FSDP2 to ``model``: each unit :attr:`auto_wrap_policy` selects (innermost first), each direct child
-        holding parameters outside those units (:func:`~precision_fsdp.sharding.units_for_lightning`), then ``model``.
+        """Apply FSDP2 to ``model``: each unit :attr:`auto_wrap_policy` selects (innermost first; by default the
+        model's blocks, see :mod:`precision_fsdp.sharding`), each direct child holding parameters outside those units
+        (:func:`~precision_fsdp.sharding.units_for_lightning`), then ``model``. Rank 0 logs one line naming the units
+        (``rank_zero_info``), e.g. "FSDP2Strategy: 4 FSDP2 units by the default policy (_no_split_modules:
+        LlamaDecoderLayer): LlamaDecoderLayer x2, LlamaForCausalLM x1, then the root (Model)".
 
         The dtypes come from the precision plugin when it has a ``fully_shard`` method (``precision_fsdp``'s
         ``FSDPPrecision``); with any other precision plugin, FSDP2 keeps the parameters' own dtypes.
@@ -114,8 +125,14 @@ class FSDP2StrategyImpl(_LightningBase):
         prepare = getattr(plugin, "prepare_for_sharding", None)
         if prepare is not None:
             prepare(model)  # keep_fp32 names and fp8's first/last Linear are relative to the whole model
-        for unit in units_for_lightning(model, self.auto_wrap_policy):
-            shard_one(unit, mesh=mesh["data_parallel"])
+        units = units_for_lightning(model, self.auto_wrap_policy)
+        pl.utilities.rank_zero_info(f"{type(self).__name__}: {describe_units(model, units, self.auto_wrap_policy)}")
+        roots = separate_roots(units)  # Lightning runs no root forward: each would stay gathered until its backward
+        for unit in units:
+            if id(unit) in roots:
+                shard_one(unit, mesh=mesh["data_parallel"], reshard_after_forward=True)
+            else:
+                shard_one(unit, mesh=mesh["data_parallel"])
         shard_one(model, mesh=mesh["data_parallel"])
 
 

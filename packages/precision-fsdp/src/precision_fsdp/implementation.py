@@ -17,7 +17,7 @@ from torch.amp import GradScaler
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from precision_base import PRECISIONS, PrecisionPlugin
+from precision_base import PRECISIONS, PrecisionPlugin, PrecisionPluginWarning
 from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_base.doors import check_caller
@@ -117,6 +117,12 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             precision: qualified-name patterns (``"lm_head"``, ``"layers.*.norm"``) and/or module classes
             (``torch.nn.LayerNorm``). FSDP2 only: each is sharded as its own unit with a float32
             ``MixedPrecisionPolicy``, autocast is off inside it. See :mod:`precision_fsdp.keep_fp32`.
+        keep_fp32_defaults: FSDP2: also keep in float32, without naming them, (1) under ``*-mixed``, every layer
+            whose running statistics are float buffers (BatchNorm, SyncBatchNorm, InstanceNorm with
+            ``track_running_stats``), whose fp16/bf16 weight would otherwise meet float32 statistics ("expected
+            scalar type BFloat16 but found Float"), and (2) Hugging Face models' ``_keep_in_fp32_modules`` (float16
+            precisions) and ``_keep_in_fp32_modules_strict`` (float16 and bfloat16), as transformers does. Default
+            ``True``; ``False`` keeps only ``keep_fp32``. ``dtypes()`` notes say which rules are on.
 
     Raises:
         ValueError: unsupported ``precision`` (Lightning's message first); a scaler or scaler options for a
@@ -141,11 +147,12 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         max_skipped_steps: Optional[int] = 50,
         check_finite_grads: bool = False,
         keep_fp32: Union[KeepSpec, Iterable[KeepSpec], None] = None,
+        keep_fp32_defaults: bool = True,
         fp8_emulate: bool = False,
         fp8_filter: float8.Fp8Filter = None,
     ) -> None:
         canonical = self.canonical_precision(precision)
-        self._keep = KeepFP32(keep_fp32)
+        self._keep = KeepFP32(keep_fp32)  # the default rules are added once the dtypes are known, below
         self._fp8 = float8.is_fp8(canonical)
         if not self._fp8 and (fp8_emulate or fp8_filter is not None):
             raise ValueError(
@@ -172,6 +179,11 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         self.precision = canonical  # type: ignore[assignment]
         self._plan = DtypePlan.for_precision(base, None if reduce_dtype is None else parse_dtype(reduce_dtype))
         _compat.set_lightning_input_dtype(self, self._plan.inputs)
+        self._keep = KeepFP32(
+            keep_fp32,
+            running_stats=bool(keep_fp32_defaults) and self._plan.mixed,
+            hf_dtype=self._plan.compute if keep_fp32_defaults else None,
+        )
         self._scaler_options = options
         self._user_scaler = scaler is not None
         self._fsdp_version: Optional[FSDPVersion] = None
@@ -216,7 +228,8 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             fsdp_version: 1 (``FSDPStrategy``) or 2 (``fully_shard``). Default: the version the plugin is used with,
                 or 2 before it knows (the two differ only in the buffers row).
         """
-        table = self._plan.table(fsdp_version or self._fsdp_version or 2)
+        version = fsdp_version or self._fsdp_version or 2
+        table = self._plan.table(version, keep_defaults=tuple(self._keep.describe_defaults()))
         if self._keep:
             kept = ", ".join(self._keep.describe())
             note = f"keep_fp32 ({kept}): float32 parameters, compute, all-gather and reduction; autocast off inside"
@@ -309,7 +322,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         self._warn_true_precision()
         self._fsdp_version = 2
         self._convert_fp8(module)
-        if self._keep:
+        if self._keep.active:
             for _name, kept, entry in self._keep.kept(module, skip=lambda m: isinstance(m, _compat.FSDPModule)):
                 if isinstance(kept, _compat.FSDPModule):
                     continue
@@ -425,6 +438,10 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             )
         if self._keep:
             return self._convert_with_kept(module)
+        if self._keep.active and fsdp_version_of(module) == 2:  # the default float32 rules are FSDP2's only
+            if not self._plan.mixed:
+                return self._convert_with_kept(module)
+            self._check_default_kept(module)
         if self._plan.mixed:
             return module
         target = self._plan.storage
@@ -444,6 +461,9 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         sharded = fsdp_version_of(module) == 2
         for name, kept, entry in found:
             has_params = any(True for _ in kept.parameters())
+            if sharded and has_params and not is_kept(kept) and self._keep.is_default(entry):
+                self._warn_default_not_kept(name, entry)
+                continue
             if sharded and has_params and not is_kept(kept):
                 raise KeepFP32Error(
                     f"keep_fp32 entry {entry} matches module {name!r}, but FSDP2 sharded it without the plugin's "
@@ -455,6 +475,22 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
             self._keep_in_fp32(kept, entry)
         cast_except_kept_(module, self._plan.storage, [m for _, m, _ in found])
         return module
+
+    def _check_default_kept(self, module: torch.nn.Module) -> None:
+        """``*-mixed``: warn about each module a default rule keeps that FSDP2 sharded without the plugin."""
+        for name, kept, entry in self._keep.kept(module):
+            if not is_kept(kept) and any(True for _ in kept.parameters()):
+                self._warn_default_not_kept(name, entry)
+
+    def _warn_default_not_kept(self, name: str, entry: str) -> None:
+        self.lightning.utilities.rank_zero_warn(
+            f"{self.spec}: module {name!r} ({entry}) would be kept in float32 by default, but FSDP2 sharded it "
+            "without the plugin (inside another unit or with another policy), so it computes as that unit does. If "
+            "its forward fails with 'expected scalar type BFloat16 but found Float' (or Half), shard through "
+            "trainer.precision_plugin.fully_shard(...) after trainer.precision_plugin.mark_keep_fp32(self), or "
+            "leave sharding to strategy='auto' (FSDP2Strategy).",
+            category=PrecisionPluginWarning,
+        )
 
     @override
     def tensor_init_context(self) -> AbstractContextManager[None]:

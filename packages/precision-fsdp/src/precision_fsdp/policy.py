@@ -102,8 +102,14 @@ class DtypePlan:
         """
         return self.compute if version == 1 else self.storage
 
-    def table(self, version: FSDPVersion) -> DtypeTable:
-        """The :class:`~precision_base.DtypeTable` under FSDP1 (``version=1``) or FSDP2 (``version=2``)."""
+    def table(self, version: FSDPVersion, keep_defaults: tuple[str, ...] = ()) -> DtypeTable:
+        """The :class:`~precision_base.DtypeTable` under FSDP1 (``version=1``) or FSDP2 (``version=2``).
+
+        Args:
+            version: 1 or 2.
+            keep_defaults: the default float32 rules the plugin applies (``KeepFP32.describe_defaults()``); FSDP2
+                notes say each; FSDP1 notes say what FSDP1 does instead.
+        """
         notes = [
             f"FSDP{version}"
             + (
@@ -124,6 +130,22 @@ class DtypePlan:
             notes.append("loss scaling: " + ("ShardedGradScaler" if version == 1 else "torch.amp.GradScaler"))
         if version == 2:
             notes.append("buffers are never cast by FSDP2")
+            notes.extend(
+                f"{rule} (FSDP2: each its own unit with a float32 MixedPrecisionPolicy; keep_fp32_defaults=False "
+                "turns this off)"
+                for rule in keep_defaults
+            )
+            notes.append(
+                "FSDP2Strategy's default units (auto_wrap_policy=None): blocks, i.e. the classes a model declares in "
+                "_no_split_modules, else repeated same-class children of ModuleList/Sequential; tied parameters "
+                "stay in one unit; the rest goes to the root"
+            )
+        elif self.mixed and keep_defaults:
+            notes.append(
+                "FSDP1: BatchNorm layers are FSDP-wrapped separately with mixed precision off by torch's own "
+                "MixedPrecision (when FSDPStrategy has an auto_wrap_policy); the plugin's other float32 defaults "
+                "apply to FSDP2 only"
+            )
         return DtypeTable(
             parameters=dtype_name(self.storage),
             compute=dtype_name(self.compute),

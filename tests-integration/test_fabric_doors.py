@@ -93,9 +93,12 @@ def test_deepspeed_config_section_is_the_plugins_and_conflicts_fail_at_construct
         )
 
 
-def test_precision_and_precision_plugin_together_are_refused_with_lightnings_words() -> None:
-    with pytest.raises(TrainerConfigurationError, match=re.escape("Received both `precision=bf16-mixed` and")):
-        Fabric(precision_plugin="fsdp:bf16-mixed", precision="bf16-mixed", accelerator="cpu", devices=1)
+def test_precision_and_precision_plugin_together_agree_or_are_refused_with_lightnings_words() -> None:
+    fabric = Fabric(precision_plugin="fsdp:bf16-mixed", precision="bf16-mixed", accelerator="cpu", devices=1)
+    assert fabric._precision.precision == "bf16-mixed"  # the same precision twice is one answer (issue 21)
+    expected = "Received both `precision=16-mixed` and `precision_plugin='fsdp:bf16-mixed'`. Choose one. (They disagree"
+    with pytest.raises(TrainerConfigurationError, match=re.escape(expected)):
+        Fabric(precision_plugin="fsdp:bf16-mixed", precision="16-mixed", accelerator="cpu", devices=1)
 
 
 def test_trainer_class_through_our_fabric_door_names_the_fabric_class() -> None:

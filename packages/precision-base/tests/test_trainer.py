@@ -58,11 +58,39 @@ def test_precision_together_with_precision_plugin_is_refused(dummy_registered: t
     with pytest.raises(TrainerConfigurationError) as info:
         Trainer(precision_plugin="dummy:bf16-mixed", precision="16-mixed", accelerator="cpu", **QUIET)
     message = str(info.value)
-    assert message.startswith(  # Lightning's own words first
-        "Received both `precision=16-mixed` and `plugins=DummyPrecision('bf16-mixed')`. Choose one. "
+    assert message == (  # Lightning's own words first, naming what the user passed (not plugins=, never given)
+        "Received both `precision=16-mixed` and `precision_plugin='dummy:bf16-mixed'`. Choose one. (They disagree: "
+        "the plugin 'dummy:bf16-mixed' runs 'bf16-mixed', not '16-mixed'; remove precision= (the plugin sets the "
+        "precision), or pass precision_plugin='dummy:16-mixed' if 16-mixed is what you want.)"
     )
-    assert "Choose one. (The precision plugin 'dummy:bf16-mixed' already sets the precision" in message
-    assert 'e.g. precision_plugin="dummy:16-mixed"' in message
+
+
+@pytest.mark.parametrize(
+    ("precision", "where", "shown"),
+    [
+        ("bf16-mixed", "precision_plugin", None),
+        ("bf16", "precision_plugin", None),  # Lightning's alias of the same precision
+        ("bf16-mixed", "plugins", None),
+        ("32", "precision_plugin", "`precision_plugin='dummy:bf16-mixed'`"),
+        ("16-mixed", "plugins", "`plugins='dummy:bf16-mixed'`"),
+        ("16-mixed", "plugins-list", "`'dummy:bf16-mixed' in plugins=`"),
+    ],
+)
+def test_precision_next_to_a_plugin_is_accepted_when_they_agree(
+    dummy_registered: type, precision: str, where: str, shown: str | None
+) -> None:
+    """Issue 21: the same precision given twice is one answer; differing ones name what the user passed."""
+    name = "dummy:bf16-mixed"
+    given = {"precision_plugin": {"precision_plugin": name}, "plugins": {"plugins": name}}.get(where, {"plugins": [name]})
+    if shown is None:
+        trainer = Trainer(precision=precision, accelerator="cpu", devices=1, **given, **QUIET)
+        assert isinstance(trainer.precision_plugin, dummy_registered)
+        assert trainer.precision_plugin.precision == "bf16-mixed"
+        return
+    with pytest.raises(TrainerConfigurationError) as info:
+        Trainer(precision=precision, accelerator="cpu", devices=1, **given, **QUIET)
+    assert f"and {shown}. Choose one. (They disagree:" in str(info.value)
+    assert "plugins=DummyPrecision" not in str(info.value)
 
 
 @pytest.mark.parametrize("as_list", [True, False])

@@ -67,7 +67,11 @@ def test_without_torchao_it_is_an_install_hint(fsdp2_on_cpu: None) -> None:
         "    print(type(e).__name__, e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
-    assert 'Float8UnavailableError fsdp:fp8-tensorwise needs torchao: pip install "precision-fsdp[fp8]"' in out
+    from precision_base.registry import install_command
+
+    line = install_command("precision-fsdp", "fp8")  # for where this copy came from (issue 21): checkout or index
+    assert line.startswith("pip install ") and line.endswith('precision-fsdp[fp8]"')
+    assert f"Float8UnavailableError fsdp:fp8-tensorwise needs torchao: {line} (it brings torchao)" in out
 
 
 def test_building_an_fp8_plugin_does_not_import_torchao() -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from precision_base.__about__ import __version__
-from precision_base.errors import PrecisionPluginError
+from precision_base.errors import PluginRequirementError, PrecisionPluginError
 from precision_base.registry import (
     DISABLE_ENV_VAR,
     ENTRY_POINT_GROUP,
@@ -66,10 +66,26 @@ def _entry_dict(entry: PluginEntry) -> dict[str, Any]:
         "entry_point": entry.entry_point,
         "precisions": list(entry.precisions),
         "extra_precisions": list(entry.extra_precisions),
+        "unavailable": dict(entry.unavailable),
         "status": entry.status,
         "reason": entry.reason,
         "summary": entry.summary,
     }
+
+
+def _precision_cell(entry: PluginEntry) -> str:
+    """Every precision of ``entry``, an unavailable extra one marked ``(unavailable)``."""
+    missing = dict(entry.unavailable)
+    names = entry.precisions + entry.extra_precisions
+    return ",".join(f"{p} (unavailable)" if p in missing else p for p in names)
+
+
+def _unavailable_lines(entry: PluginEntry, indent: str = "  ") -> list[str]:
+    """One line per reason: ``fsdp:fp8-tensorwise, fsdp:fp8-rowwise unavailable: needs torchao...``."""
+    by_reason: dict[str, list[str]] = {}
+    for precision, why in entry.unavailable:
+        by_reason.setdefault(why, []).append(f"{entry.backend}:{precision}")
+    return [f"{indent}{', '.join(names)} unavailable: {why}" for why, names in by_reason.items()]
 
 
 def _unknown_disabled_note() -> Optional[str]:
@@ -94,14 +110,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     else:
         header = ["BACKEND", "DISTRIBUTION", "VERSION", "PRECISIONS", "STATUS", "SUMMARY"]
-        rows = [
-            [e.backend, _distribution(e), e.version, ",".join(e.precisions + e.extra_precisions), e.status, e.summary]
-            for e in entries
-        ]
+        rows = [[e.backend, _distribution(e), e.version, _precision_cell(e), e.status, e.summary] for e in entries]
         print(render_table(header, rows))
         problems = [f"  {e.backend}: {e.reason}" for e in entries if e.reason]
         if problems:
             print("\n".join(["", "problems:", *problems]))
+        unavailable = [line for e in entries for line in _unavailable_lines(e)]
+        if unavailable:
+            print("\n".join(["", "unavailable here (the backend itself is ok):", *unavailable]))
     if note:
         print(f"\nnote: {note}")
     return 1 if failed else 0
@@ -167,11 +183,20 @@ def _doctor_entry(entry: PluginEntry, check_imports: bool) -> dict[str, Any]:
         if entry.status != "disabled":
             report["problems"].append(f"{entry.status}: {entry.reason}")
         return report
+    missing = dict(entry.unavailable)
     for precision in entry.precisions + entry.extra_precisions:
+        spec = f"{entry.backend}:{precision}"
         try:
-            resolve(f"{entry.backend}:{precision}")
+            resolve(spec)
+        except PluginRequirementError:
+            if precision not in missing:
+                raise  # pragma: no cover - an unmet requirement of the backend itself makes the entry not ok
+            continue  # refused with the install line, as `list` says: unavailable, not broken
         except Exception as exc:  # doctor reports every failure instead of stopping at the first
-            report["problems"].append(f"{entry.backend}:{precision}: {type(exc).__name__}: {exc}")
+            report["problems"].append(f"{spec}: {type(exc).__name__}: {exc}")
+            continue
+        if precision in missing:
+            report["problems"].append(f"{spec} is marked unavailable ({missing[precision]}) but resolves")
     if check_imports and entry.entry_point:
         from precision_base.import_check import heavy_imports
 
@@ -196,7 +221,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"[{r['status']}] {r['backend']}:")
             print("\n".join(f"  - {p}" for p in r["problems"]))
         else:
-            print(f"[ok] {r['backend']} ({r['distribution']} {r['version']}): {', '.join(r['precisions'])}")
+            names = [*r["precisions"], *(p for p in r["extra_precisions"] if p not in r["unavailable"])]
+            print(f"[ok] {r['backend']} ({r['distribution']} {r['version']}): {', '.join(names)}")
+            by_reason: dict[str, list[str]] = {}
+            for precision, why in r["unavailable"].items():
+                by_reason.setdefault(why, []).append(f"{r['backend']}:{precision}")
+            for why, specs in by_reason.items():
+                print(f"  - unavailable: {', '.join(specs)}: {why}")
     if note:
         print(f"[problem] {note}")
     return 1 if failed else 0

@@ -56,6 +56,12 @@ class PluginInfo:
         fabric_class: optional ``"module:QualName"`` of the plugin's class for ``lightning.fabric.Fabric`` (derived
             from a ``lightning.fabric.plugins.precision`` class and :class:`PrecisionPlugin`); ``""`` (the default)
             means the plugin offers no Fabric class, which Fabric doors say when asked for it.
+        precision_extras: optional ``(precision, extra)`` pairs: the extra precision ``precision`` needs the
+            distribution's optional extra ``extra`` (``pip install "<distribution>[<extra>]"``). The registry checks
+            that extra's ``Requires-Dist`` lines against what is installed (metadata only, nothing imported); while
+            they are unmet the precision is *unavailable*: ``resolve``, the Trainer and Fabric doors refuse it with
+            the install line, ``precision-plugins list`` and ``doctor`` mark it and say why. ``()`` (the default):
+            every precision needs only the distribution's own requirements.
     """
 
     backend: str
@@ -67,6 +73,7 @@ class PluginInfo:
     summary: str = ""
     fabric_class: str = ""
     extra_precisions: tuple[tuple[str, str], ...] = ()
+    precision_extras: tuple[tuple[str, str], ...] = ()
 
     @property
     def all_precisions(self) -> tuple[str, ...]:
@@ -94,6 +101,7 @@ def _info_problems(info: PluginInfo) -> list[str]:
     if not isinstance(info.fabric_class, str) or (info.fabric_class and not _OBJECT_REF_RE.match(info.fabric_class)):
         problems.append(f"fabric_class must be '' or look like 'package.module:ClassName', got {info.fabric_class!r}")
     problems += _extra_problems(info.extra_precisions)
+    problems += _precision_extras_problems(info)
     if not isinstance(info.requires, tuple) or not all(isinstance(r, str) for r in info.requires):
         problems.append(f"requires must be a tuple of requirement strings, got {info.requires!r}")
     if not isinstance(info.contract_version, int) or isinstance(info.contract_version, bool):
@@ -115,6 +123,26 @@ def _extra_problems(extras: object) -> list[str]:
             problems.append(f"extra precision {name!r} breaks the naming rule: {EXTRA_PRECISION_RULE}")
         if base not in PRECISIONS:
             problems.append(f"extra precision {name!r} has base {base!r}; the base must be one of {PRECISIONS}")
+    return problems
+
+
+_EXTRA_NAME_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\Z")  # PEP 685 extra names
+
+
+def _precision_extras_problems(info: PluginInfo) -> list[str]:
+    pairs = getattr(info, "precision_extras", ())
+    if not isinstance(pairs, tuple) or not all(isinstance(e, tuple) and len(e) == 2 for e in pairs):
+        return [f"precision_extras must be a tuple of (precision, extra) pairs, got {pairs!r}"]
+    extras = info.extra_precisions if isinstance(info.extra_precisions, tuple) else ()
+    declared = [e[0] for e in extras if isinstance(e, tuple) and e]
+    problems = []
+    for precision, extra in pairs:
+        if precision not in declared:
+            problems.append(
+                f"precision_extras names {precision!r}, which is not one of extra_precisions {tuple(declared)}"
+            )
+        if not isinstance(extra, str) or not _EXTRA_NAME_RE.match(extra):
+            problems.append(f"precision_extras: {extra!r} is not an extra name such as 'fp8'")
     return problems
 
 

@@ -25,13 +25,12 @@ from precision_base.doors import door_of, wrong_door_error
 from precision_base.errors import (
     PrecisionPluginError,
     TrainerConfigurationError,
-    UnsupportedPrecisionError,
     describe,
     type_name,
 )
 from precision_base.front_door import check_mixin_first, combine_door_kwargs, door_namespace, resolve_name_in_plugins
 from precision_base.namespaces import FABRIC_NAMESPACES, for_namespace, lightning_root, namespace_of
-from precision_base.registry import get_entry, get_plugin_class
+from precision_base.registry import check_precision, get_entry, get_plugin_class
 from precision_base.spec import parse_spec
 
 # the plugin types Lightning Fabric's connector names when it refuses an entry of plugins=
@@ -102,13 +101,7 @@ def resolve_fabric(spec: object, *, namespace: str = "lightning.fabric", **optio
     if namespace not in FABRIC_NAMESPACES:
         raise ValueError(f"namespace must be one of {FABRIC_NAMESPACES}, got {describe(namespace)}")
     parsed = parse_spec(spec)
-    entry = get_entry(parsed.backend)
-    assert entry.info is not None
-    if parsed.precision not in entry.info.precisions:
-        raise UnsupportedPrecisionError(
-            f"precision backend {parsed.backend!r} ({entry.distribution} {entry.version}) does not offer "
-            f"{parsed.precision!r}; it offers " + ", ".join(entry.info.precisions)
-        )
+    check_precision(get_entry(parsed.backend), parsed.precision)  # the same answer as resolve() and the Trainer
     return for_namespace(fabric_class(parsed.backend), namespace)(parsed.precision, **options)
 
 

@@ -101,6 +101,32 @@ def _duplicate_precision_error(shown: str) -> TrainerConfigurationError:
     )
 
 
+def _both_precisions_error(
+    precision: Any, flag: str, chosen: Any, precision_plugin: Optional[Any], plugins: Any
+) -> TrainerConfigurationError:
+    """``precision=`` next to a precision plugin that runs another precision: names what the user passed."""
+    if isinstance(precision_plugin, str):
+        given = f"precision_plugin={precision_plugin!r}"
+    elif precision_plugin is not None:
+        given = f"precision_plugin={type(precision_plugin).__name__}(...)"
+    else:
+        named = [p for p in _as_list(plugins) if isinstance(p, str)]
+        if named:
+            given = f"plugins={named[0]!r}" if isinstance(plugins, str) else f"{named[0]!r} in plugins="
+        else:
+            given = f"{type(chosen).__name__}(...) in plugins="
+    spec = getattr(chosen, "spec", None)
+    runs = getattr(chosen, "precision", None)
+    backend = getattr(chosen, "backend", None)
+    fix = "remove precision= (the plugin sets the precision)"
+    if backend is not None and flag in PRECISIONS:
+        fix += f", or pass precision_plugin={f'{backend}:{flag}'!r} if {flag} is what you want"
+    what = f"the plugin {spec!r} runs {runs!r}" if spec is not None else f"{type(chosen).__name__} sets its own"
+    return TrainerConfigurationError(  # Lightning's own first words, then what the user passed and why it differs
+        f"Received both `precision={flag}` and `{given}`. Choose one. (They disagree: {what}, not {flag!r}; {fix}.)"
+    )
+
+
 def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any:
     if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == "Fabric":
         raise wrong_door_error(plugin, "Trainer", where="precision_plugin=")
@@ -222,13 +248,8 @@ def combine_door_kwargs(
         return out
     if kwargs.get("precision") is not None:
         flag = _precision_flag(kwargs["precision"])
-        backend = getattr(chosen, "backend", "fsdp")
-        example = f'precision_plugin="{backend}:{flag if flag in PRECISIONS else "bf16-mixed"}"'
-        raise TrainerConfigurationError(
-            f"Received both `precision={flag}` and `plugins={chosen}`. Choose one. "
-            f"(The precision plugin {getattr(chosen, 'spec', type(chosen).__name__)!r} already sets the precision: "
-            f"remove precision=, and put the precision in the plugin name instead, e.g. {example}.)"
-        )
+        if flag != getattr(chosen, "precision", None):  # the same precision twice is one answer: accepted
+            raise _both_precisions_error(kwargs["precision"], flag, chosen, precision_plugin, kwargs.get("plugins"))
     out.pop("precision", None)
     if isinstance(chosen, PrecisionPlugin):
         out["strategy"] = chosen.configure_strategy(

@@ -10,6 +10,10 @@ What runs when, and what a broken plugin can do:
   class, torch, Lightning or DeepSpeed is imported.
 * Resolving (:func:`resolve`) checks the contract version and the requirements (the distribution's own
   ``Requires-Dist`` plus any ``PluginInfo.requires``) first, and only then imports the plugin's class.
+* An extra precision that needs one of the distribution's optional extras (``PluginInfo.precision_extras``) is
+  *unavailable* while that extra's ``Requires-Dist`` lines are unmet (metadata only): the entry stays ``ok``,
+  :attr:`PluginEntry.unavailable` says why, and resolving that precision raises :class:`PluginRequirementError`
+  with an install line for where the distribution came from (:func:`install_command`).
 
 Any exception an info module raises, ``SystemExit`` included (``KeyboardInterrupt`` is not caught), makes that
 plugin ``broken``; malformed metadata does too. Every other plugin keeps working. No lock is held while plugin
@@ -89,6 +93,8 @@ class PluginEntry:
     origin: str = INSTALLED
     entry_point: str = ""
     """``"module:attr"`` of the entry point (empty for in-process registrations)."""
+    unavailable: tuple[tuple[str, str], ...] = ()
+    """``(precision, why)`` for each extra precision whose optional extra is not installed (see the module docs)."""
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -389,7 +395,30 @@ class Registry:
         if unmet:
             err3 = PluginRequirementError(self._requirement_message(first, unmet))
             return PluginEntry(**base, status="requirement missing", reason="; ".join(unmet), info=info, error=err3)
-        return PluginEntry(**base, status="ok", info=info)
+        return PluginEntry(**base, status="ok", info=info, unavailable=self._unavailable(first, info))
+
+    @staticmethod
+    def _unavailable(c: _Candidate, info: PluginInfo) -> tuple[tuple[str, str], ...]:
+        """``(precision, why)`` for each of ``info.precision_extras`` whose extra's requirements are unmet."""
+        if not info.precision_extras:
+            return ()
+        declared: list[str] = []
+        if c.dist is not None:
+            with contextlib.suppress(Exception):  # unreadable metadata: nothing declared there
+                declared = list(c.dist.requires or ())
+        out = []
+        for precision, extra in info.precision_extras:
+            unmet = unmet_requirements(tuple(declared), extra=extra)
+            if unmet:
+                where = c.label if c.distribution != IN_PROCESS else "this plugin"
+                out.append(
+                    (
+                        precision,
+                        f"{'; '.join(unmet)} (the {extra!r} extra of {where}); install it with: "
+                        + install_command(c.distribution, extra, c.dist),
+                    )
+                )
+        return tuple(out)
 
     @staticmethod
     def _requirements(c: _Candidate, info: PluginInfo) -> tuple[str, ...]:
@@ -523,12 +552,7 @@ class Registry:
         """
         parsed = parse_spec(spec)
         entry = self.entry(parsed.backend)
-        assert entry.info is not None
-        if parsed.precision not in entry.info.all_precisions:
-            raise UnsupportedPrecisionError(
-                f"precision backend {parsed.backend!r} ({entry.distribution} {entry.version}) does not offer "
-                f"{parsed.precision!r}; it offers " + ", ".join(entry.info.all_precisions)
-            )
+        check_precision(entry, parsed.precision)
         cls = self.plugin_class(parsed.backend)
         from precision_base.namespaces import for_namespace  # torch-free, imported when a plugin is built
 
@@ -623,6 +647,67 @@ class Registry:
             installed_version.cache_clear()
 
 
+def check_precision(entry: PluginEntry, precision: str) -> None:
+    """Raise unless ``entry``'s backend offers ``precision`` and it is available (the Trainer and Fabric doors and
+    :func:`resolve` all ask this).
+
+    Raises:
+        UnsupportedPrecisionError: the backend does not offer it (with the closest name it offers, if any).
+        PluginRequirementError: an extra precision whose optional extra is not installed (with the install line).
+    """
+    assert entry.info is not None
+    offered = entry.info.all_precisions
+    if precision not in offered:
+        close = difflib.get_close_matches(precision, offered, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnsupportedPrecisionError(
+            f"precision backend {entry.backend!r} ({entry.distribution} {entry.version}) does not offer "
+            f"{precision!r}{hint}; it offers " + ", ".join(offered)
+        )
+    why = dict(entry.unavailable).get(precision)
+    if why is not None:
+        raise PluginRequirementError(f"{entry.backend}:{precision} is unavailable here: it {why}")
+
+
+def install_command(distribution: str, extra: str, dist: Optional[metadata.Distribution] = None) -> str:
+    """The pip command that adds ``distribution``'s optional ``extra``, for where it was installed from.
+
+    Read from the distribution's ``direct_url.json`` (PEP 610): a local folder (a checkout) gives
+    ``pip install "./packages/precision-fsdp[fp8]"`` (relative to the current folder when inside it; ``-e`` when it
+    was installed editable), a local wheel or sdist its path, a VCS or URL install ``"name[extra] @ url"``; an
+    index install (no direct_url.json) ``pip install "precision-fsdp[fp8]"``.
+    """
+    import json
+    from urllib.parse import unquote, urlparse
+
+    if dist is None:
+        from importlib import metadata as md
+
+        with contextlib.suppress(Exception):
+            dist = md.distribution(distribution)
+    data: Any = None
+    if dist is not None:
+        with contextlib.suppress(Exception):
+            data = json.loads(dist.read_text("direct_url.json") or "null")
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        return f'pip install "{distribution}[{extra}]"'
+    url: str = data["url"]
+    parsed = urlparse(url)
+    if parsed.scheme == "file" and "vcs_info" not in data:
+        path = unquote(parsed.path)
+        with contextlib.suppress(ValueError):
+            rel = os.path.relpath(path)
+            if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+                path = os.curdir if rel == os.curdir else os.path.join(os.curdir, rel)
+        editable = isinstance(data.get("dir_info"), dict) and data["dir_info"].get("editable") is True
+        return f'pip install {"-e " if editable else ""}"{path}[{extra}]"'
+    vcs = data.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
+        ref = vcs.get("requested_revision") or vcs.get("commit_id")
+        url = f"{vcs['vcs']}+{url}" + (f"@{ref}" if ref else "")
+    return f'pip install "{distribution}[{extra}] @ {url}"'
+
+
 _default = Registry()
 
 
@@ -700,11 +785,13 @@ __all__ = [
     "PluginEntry",
     "PluginSpec",
     "Registry",
+    "check_precision",
     "clear_cache",
     "default_registry",
     "disabled_backends",
     "get_entry",
     "get_plugin_class",
+    "install_command",
     "list_plugins",
     "register",
     "registered",

@@ -74,6 +74,23 @@ class PluginSpec:
 
 _SUGGEST_LIMIT: Final = 64  # difflib is quadratic: no suggestions for longer input
 
+NEAR_MISSES: Final[dict[str, str]] = {
+    "fp16": "'16-mixed' (float16 autocast over float32 weights; '16-true' for float16 weights)",
+    "float16": "'16-mixed' (float16 autocast over float32 weights; '16-true' for float16 weights)",
+    "half": "'16-mixed' (float16 autocast over float32 weights; '16-true' for float16 weights)",
+    "amp": "'16-mixed' or 'bf16-mixed' (autocast over float32 weights)",
+    "mixed": "'16-mixed' or 'bf16-mixed' (autocast over float32 weights)",
+    "bfloat16": "'bf16-mixed' (bfloat16 autocast over float32 weights; 'bf16-true' for bfloat16 weights)",
+    "fp32": "'32-true'",
+    "float32": "'32-true'",
+    "full": "'32-true'",
+    "fp8": "an extra precision of a backend, e.g. 'fp8-tensorwise' or 'fp8-rowwise' ('precision-plugins list' shows "
+    "each backend's)",
+    "float8": "an extra precision of a backend, e.g. 'fp8-tensorwise' or 'fp8-rowwise' ('precision-plugins list' "
+    "shows each backend's)",
+}
+"""Precision names from other tools (PyTorch dtypes, DeepSpeed and Accelerate spellings) and what to write instead."""
+
 
 def _suggest_precision(text: str) -> str:
     if len(text) > _SUGGEST_LIMIT:
@@ -81,6 +98,9 @@ def _suggest_precision(text: str) -> str:
     lowered = text.lower()
     if lowered in PRECISIONS or lowered in ALIASES:
         return f" (precisions are lowercase: did you mean {ALIASES.get(lowered, lowered)!r}?)"
+    near = NEAR_MISSES.get(lowered.replace("_", "").removeprefix("torch."))
+    if near is not None:
+        return f" (did you mean {near}?)"
     close = difflib.get_close_matches(lowered, PRECISIONS, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

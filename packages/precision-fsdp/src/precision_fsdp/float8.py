@@ -34,6 +34,15 @@ EXTRA_PRECISIONS: Final[tuple[tuple[str, str], ...]] = tuple((name, "bf16-mixed"
 """The plugin's extra precisions, each with the precision the rest of the model follows."""
 
 INSTALL_HINT: Final[str] = 'pip install "precision-fsdp[fp8]" (it brings torchao)'
+"""The install line from a package index; :func:`install_hint` gives the one for where this copy came from."""
+
+
+def install_hint() -> str:
+    """The command that brings torchao for this installation of precision-fsdp (a checkout, a wheel or an index:
+    :func:`precision_base.registry.install_command` reads it from the distribution's ``direct_url.json``)."""
+    from precision_base.registry import install_command
+
+    return f"{install_command('precision-fsdp', 'fp8')} (it brings torchao)"
 
 Fp8Filter = Union[Sequence[str], Callable[[torch.nn.Module, str], bool], None]
 
@@ -56,7 +65,7 @@ def torchao_float8(spec: str) -> Any:
     try:
         import torchao.float8 as float8
     except ImportError as exc:
-        raise Float8UnavailableError(f"{spec} needs torchao: {INSTALL_HINT}. ({exc})") from None
+        raise Float8UnavailableError(f"{spec} needs torchao: {install_hint()}. ({exc})") from None
     return float8
 
 

@@ -3,8 +3,9 @@
 ``import precision_base`` imports neither torch nor Lightning nor DeepSpeed. :class:`Trainer` (which needs
 Lightning), :class:`PrecisionPluginTrainerMixin` and :func:`prepare_trainer_kwargs` are imported on first access;
 so are :class:`Fabric`, :class:`PrecisionPluginFabricMixin`, :func:`prepare_fabric_kwargs` and
-:func:`resolve_fabric` (see :mod:`precision_base.fabric`), and :class:`PrecisionMonitor` (a callback logging the
-plugin's loss scale and skipped steps).
+:func:`resolve_fabric` (see :mod:`precision_base.fabric`), :class:`PrecisionMonitor` (a callback logging the
+plugin's loss scale and skipped steps), and :class:`PrecisionAudit` / :func:`audit_fabric_steps` (the runtime
+precision audit, :mod:`precision_base.audit`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from precision_base.errors import (
     InvalidSpecError,
     PluginLoadError,
     PluginRequirementError,
+    PrecisionAuditError,
     PrecisionPluginError,
     PrecisionPluginWarning,
     RegistrationError,
@@ -45,6 +47,7 @@ from precision_base.registry import (
 from precision_base.spec import PRECISIONS, PluginSpec, normalize_precision, parse_spec
 
 if TYPE_CHECKING:
+    from precision_base.audit import PrecisionAudit, audit_fabric_steps
     from precision_base.fabric import PrecisionPluginFabricMixin, prepare_fabric_kwargs, resolve_fabric
     from precision_base.fabric_class import Fabric
     from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
@@ -68,6 +71,8 @@ __all__ = [
     "PluginLoadError",
     "PluginRequirementError",
     "PluginSpec",
+    "PrecisionAudit",
+    "PrecisionAuditError",
     "PrecisionMonitor",
     "PrecisionPlugin",
     "PrecisionPluginError",
@@ -81,6 +86,7 @@ __all__ = [
     "UnknownBackendError",
     "UnsupportedPrecisionError",
     "__version__",
+    "audit_fabric_steps",
     "clear_cache",
     "get_entry",
     "get_plugin_class",
@@ -110,6 +116,10 @@ def __getattr__(name: str) -> Any:
         from precision_base.monitor import PrecisionMonitor
 
         return PrecisionMonitor
+    if name in ("PrecisionAudit", "audit_fabric_steps"):
+        from precision_base import audit
+
+        return getattr(audit, name)
     if name == "Fabric":
         from precision_base.fabric_class import Fabric
 

@@ -1,4 +1,4 @@
-"""The ``precision-plugins`` command: ``list``, ``show <spec>`` and ``doctor``.
+"""The ``precision-plugins`` command: ``list``, ``show <spec>``, ``doctor`` and ``audit SCRIPT [ARGS]``.
 
 ``list`` runs each enabled plugin's info module only (no plugin class, no torch; see
 :mod:`precision_base.registry`). ``show`` and ``doctor`` import the plugins they inspect.
@@ -233,6 +233,31 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Run ``args.script`` as ``__main__`` with ``PRECISION_PLUGINS_AUDIT`` set: every Trainer it makes through
+    precision-base's doors audits its first steps and prints the report at rank 0. Exit 1 on a strict mismatch."""
+    import runpy
+
+    from precision_base.audit.callback import ENV_VARIABLE
+    from precision_base.errors import PrecisionAuditError
+
+    tokens = ["strict"] if args.strict else ["1"]
+    os.environ[ENV_VARIABLE] = ",".join([*tokens, f"steps={args.steps}"])
+    sys.argv = [args.script, *args.script_args]
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except PrecisionAuditError as exc:
+        print(f"precision-plugins audit: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"steps must be a positive int, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="precision-plugins",
@@ -268,6 +293,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--skip-import-check", action="store_true", help="skip the fresh-interpreter check of heavy imports"
     )
     p_doc.set_defaults(func=cmd_doctor)
+    p_audit = sub.add_parser(
+        "audit",
+        help="run a training script with the precision audit on (PRECISION_PLUGINS_AUDIT) and print its report",
+    )
+    p_audit.add_argument("--steps", type=_positive, default=1, help="optimizer steps to audit (default 1)")
+    p_audit.add_argument("--strict", action="store_true", help="fail the run (exit 1) on a mismatch")
+    p_audit.add_argument("script", help="the training script, run as __main__")
+    p_audit.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    p_audit.set_defaults(func=cmd_audit)
     return parser
 
 

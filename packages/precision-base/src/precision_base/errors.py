@@ -109,3 +109,8 @@ class InvalidPluginInfoError(PrecisionPluginError, TypeError):
 
 class TrainerConfigurationError(PrecisionPluginError, ValueError):
     """The Trainer's arguments cannot work together with the requested precision plugin."""
+
+
+class PrecisionAuditError(PrecisionPluginError, RuntimeError):
+    """A strict :class:`precision_base.PrecisionAudit` found dtypes that differ from the plugin's table (raised on
+    every rank); the message lists the rows that differ."""

@@ -185,6 +185,9 @@ def prepare_trainer_kwargs(
         raise ValueError(f"namespace must be one of {NAMESPACES}, got {describe(namespace)}")
     lightning: Any = lightning_root(namespace)
     precision_class: type = lightning.plugins.precision.Precision
+    from precision_base.audit.callback import add_audit_from_env  # PRECISION_PLUGINS_AUDIT: the audit callback
+
+    kwargs = add_audit_from_env(kwargs, namespace)
     return combine_door_kwargs(
         precision_plugin,
         kwargs,

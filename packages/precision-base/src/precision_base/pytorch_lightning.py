@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 
+from precision_base.audit import PrecisionAudit as _PrecisionAudit
 from precision_base.front_door import PrecisionPluginTrainerMixin
 from precision_base.monitor import PrecisionMonitor as _PrecisionMonitor
 from precision_base.namespaces import for_namespace
@@ -29,4 +30,7 @@ class Trainer(PrecisionPluginTrainerMixin, pl.Trainer):
 PrecisionMonitor = for_namespace(_PrecisionMonitor, "pytorch_lightning")
 """:class:`precision_base.PrecisionMonitor` built for ``pytorch_lightning.Trainer``."""
 
-__all__ = ["PrecisionMonitor", "Trainer"]
+PrecisionAudit = for_namespace(_PrecisionAudit, "pytorch_lightning")
+""":class:`precision_base.PrecisionAudit` built for ``pytorch_lightning.Trainer``."""
+
+__all__ = ["PrecisionAudit", "PrecisionMonitor", "Trainer"]

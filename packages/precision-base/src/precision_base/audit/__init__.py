@@ -1,0 +1,32 @@
+"""The runtime precision audit: does the precision that runs match the plugin's ``dtypes()`` table?
+
+:class:`PrecisionAudit` (a Lightning callback; ``precision_base.pytorch_lightning.PrecisionAudit`` for the other
+namespace) and :func:`audit_fabric_steps` (for Fabric) observe the first training steps of a real run through hooks
+(:mod:`precision_base.audit.observe`, :mod:`precision_base.audit.collectives`), compare every observation with the
+plugin's table and its documented exceptions (:mod:`precision_base.audit.compare`) and produce an
+:class:`AuditReport` of :class:`AuditRow` s (:mod:`precision_base.audit.report`). Only the public contract is used,
+so a third-party plugin is audited with no code of its own. See the docs page "Precision audit".
+"""
+
+from __future__ import annotations
+
+from precision_base.audit.callback import ENV_VARIABLE, PrecisionAudit, PrecisionAuditImpl, audit_from_env
+from precision_base.audit.core import AuditSession, PrecisionAuditWarning
+from precision_base.audit.fabric import FabricAudit, audit_fabric_steps
+from precision_base.audit.report import ROLES, AuditReport, AuditRow
+from precision_base.errors import PrecisionAuditError
+
+__all__ = [
+    "ENV_VARIABLE",
+    "ROLES",
+    "AuditReport",
+    "AuditRow",
+    "AuditSession",
+    "FabricAudit",
+    "PrecisionAudit",
+    "PrecisionAuditError",
+    "PrecisionAuditImpl",
+    "PrecisionAuditWarning",
+    "audit_fabric_steps",
+    "audit_from_env",
+]

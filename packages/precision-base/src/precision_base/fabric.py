@@ -18,8 +18,17 @@ Importing this module imports no torch or Lightning module; each call imports th
 from __future__ import annotations
 
 import importlib
+import warnings
+import weakref
 from typing import Any, Optional
 
+from precision_base.cant_train import (
+    FABRIC_FIX,
+    GRAD_CHECK_STEPS,
+    NoGradientWarning,
+    ReplacedParameters,
+    no_gradient_message,
+)
 from precision_base.contract import PrecisionPlugin
 from precision_base.doors import door_of, wrong_door_error
 from precision_base.errors import (
@@ -28,7 +37,13 @@ from precision_base.errors import (
     describe,
     type_name,
 )
-from precision_base.front_door import check_mixin_first, combine_door_kwargs, door_namespace, resolve_name_in_plugins
+from precision_base.front_door import (
+    _as_list,
+    check_mixin_first,
+    combine_door_kwargs,
+    door_namespace,
+    resolve_name_in_plugins,
+)
 from precision_base.namespaces import FABRIC_NAMESPACES, for_namespace, lightning_root, namespace_of
 from precision_base.registry import check_precision, get_entry, get_plugin_class
 from precision_base.spec import parse_spec
@@ -192,7 +207,97 @@ class PrecisionPluginFabricMixin:
             type(self), PrecisionPluginFabricMixin, FABRIC_NAMESPACES, "Fabric",
             "lightning.fabric.Fabric or lightning_fabric.Fabric",
         )  # fmt: skip
-        super().__init__(**prepare_fabric_kwargs(precision_plugin, kwargs, namespace=namespace))
+        prepared = prepare_fabric_kwargs(precision_plugin, kwargs, namespace=namespace)
+        self._set_up_models: list[tuple[weakref.ref[Any], ReplacedParameters]] = []
+        prepared["callbacks"] = [*_as_list(prepared.get("callbacks")), _GradientCheck(self)]
+        super().__init__(**prepared)
+
+    # -- training that cannot train (precision_base.cant_train) ------------------------------------------------
+    def _checks_apply(self) -> bool:
+        """The checks run only when the precision is one of ours: without a plugin Fabric stays Lightning's."""
+        fabric: Any = self
+        return isinstance(fabric.strategy.precision, PrecisionPlugin)
+
+    def _remember(self, set_up: Any, before: ReplacedParameters) -> None:
+        self._set_up_models.append((weakref.ref(set_up), before))
+
+    def setup(self, module: Any, *optimizers: Any, **kwargs: Any) -> Any:
+        """Lightning's ``Fabric.setup``; then, under a precision plugin, a joint setup whose optimizer still holds
+        parameters the strategy replaced (FSDP2's ``fully_shard`` does, so the loss would stay flat) is refused.
+
+        Raises:
+            precision_base.cant_train.StaleOptimizerError: the message names the parameters and gives the fix
+                (``setup_module``, then the optimizer from the set-up model's parameters, then ``setup_optimizers``).
+        """
+        if not self._checks_apply():
+            return super().setup(module, *optimizers, **kwargs)  # type: ignore[misc]
+        before = ReplacedParameters(module)
+        result = super().setup(module, *optimizers, **kwargs)  # type: ignore[misc]
+        set_up = result[0] if optimizers else result
+        self._remember(set_up, before)
+        before.check(set_up, optimizers, what="fabric.setup(model, optimizer)", fix=FABRIC_FIX)
+        return result
+
+    def setup_module(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's ``Fabric.setup_module``; remembers the model's parameters from before, so that
+        :meth:`setup_optimizers` can refuse an optimizer created before this call."""
+        if not self._checks_apply():
+            return super().setup_module(module, *args, **kwargs)  # type: ignore[misc]
+        before = ReplacedParameters(module)
+        set_up = super().setup_module(module, *args, **kwargs)  # type: ignore[misc]
+        self._remember(set_up, before)
+        return set_up
+
+    def setup_optimizers(self, *optimizers: Any) -> Any:
+        """Lightning's ``Fabric.setup_optimizers``, refusing (under a precision plugin) an optimizer that holds a
+        set-up model's parameters from before :meth:`setup_module` replaced them.
+
+        Raises:
+            precision_base.cant_train.StaleOptimizerError: the message names the parameters and gives the fix.
+        """
+        if self._checks_apply():
+            for ref, before in self._set_up_models:
+                set_up = ref()
+                if set_up is not None:
+                    before.check(
+                        set_up,
+                        optimizers,
+                        what="fabric.setup_optimizers(optimizer) with an optimizer created before fabric.setup_module",
+                        fix=FABRIC_FIX,
+                    )
+        return super().setup_optimizers(*optimizers)  # type: ignore[misc]
+
+    def _named_parameters(self) -> list[tuple[str, Any]]:
+        named: list[tuple[str, Any]] = []
+        for ref, _before in self._set_up_models:
+            set_up = ref()
+            if set_up is not None:
+                named += list(getattr(set_up, "module", set_up).named_parameters())
+        return named
+
+
+class _GradientCheck:
+    """A Fabric callback (``on_after_optimizer_step``): on the first ``GRAD_CHECK_STEPS`` steps under a precision
+    plugin, warns when no trainable parameter of the optimizer had a gradient. Gradients are still there after the
+    step (``zero_grad`` comes later); DeepSpeed passes its engine here, which is not checked."""
+
+    def __init__(self, fabric: PrecisionPluginFabricMixin) -> None:
+        self._fabric = weakref.ref(fabric)
+        self._steps = 0
+
+    def on_after_optimizer_step(self, strategy: Any, optimizer: Any) -> None:
+        fabric = self._fabric()
+        if fabric is None or self._steps >= GRAD_CHECK_STEPS or not fabric._checks_apply():
+            return
+        self._steps += 1
+        message = no_gradient_message(
+            [optimizer],
+            fabric._named_parameters(),
+            where=f"After fabric.backward(loss) at optimizer step {self._steps}",
+        )
+        if message is not None:
+            self._steps = GRAD_CHECK_STEPS  # once is enough
+            warnings.warn(message, NoGradientWarning, stacklevel=2)
 
 
 __all__ = [

@@ -15,11 +15,19 @@ from __future__ import annotations
 
 import inspect
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Optional
 
 from precision_base._compat import parse_env_variables
+from precision_base.cant_train import (
+    GRAD_CHECK_STEPS,
+    TRAINER_FIX,
+    NoGradientWarning,
+    ReplacedParameters,
+    no_gradient_message,
+)
 from precision_base.contract import PrecisionPlugin
 from precision_base.doors import Door, door_of, wrong_door_error
 from precision_base.errors import PrecisionPluginError, TrainerConfigurationError, describe, type_name
@@ -372,7 +380,60 @@ class PrecisionPluginTrainerMixin:
         if precision_plugin is None:
             precision_plugin = from_env
         kwargs = prepare_trainer_kwargs(precision_plugin, kwargs, namespace=namespace)
+        if any(isinstance(p, PrecisionPlugin) for p in _as_list(kwargs.get("plugins"))):
+            kwargs["callbacks"] = [*_as_list(kwargs.get("callbacks")), _trainability_check(namespace)()]
         super().__init__(**kwargs)  # spelled this way so that LightningCLI (jsonargparse) sees Lightning's arguments
+
+
+_check_classes: dict[str, type] = {}
+
+
+def _trainability_check(namespace: str) -> type:
+    """The Trainer door's callback (built once per namespace) that refuses or warns about a run that cannot train
+    (:mod:`precision_base.cant_train`): at ``setup`` it notes the LightningModule's parameters; at ``on_fit_start``
+    (after ``configure_model`` and ``configure_optimizers``) an optimizer that holds parameters the strategy
+    replaced raises :class:`~precision_base.cant_train.StaleOptimizerError`; on the first optimizer steps, no
+    trainable parameter with a gradient warns (:class:`~precision_base.cant_train.NoGradientWarning`)."""
+    with _error_lock:
+        cls = _check_classes.get(namespace)
+        if cls is None:
+            lightning: Any = lightning_root(namespace)
+            cls = _check_classes[namespace] = type(
+                "TrainabilityCheck", (_TrainabilityCheckImpl, lightning.Callback), {"__module__": __name__}
+            )
+    return cls
+
+
+class _TrainabilityCheckImpl:
+    """The code of :func:`_trainability_check`'s callback (Lightning's ``Callback`` hooks; no Lightning base here)."""
+
+    def __init__(self) -> None:
+        self._before: Optional[ReplacedParameters] = None
+        self._steps = 0
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit":
+            self._before, self._steps = ReplacedParameters(pl_module), 0
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        before, self._before = self._before, None
+        if before:
+            before.check(
+                pl_module,
+                trainer.optimizers,
+                what="the optimizer from configure_optimizers",
+                fix=TRAINER_FIX,
+            )
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        if self._steps >= GRAD_CHECK_STEPS:
+            return
+        self._steps += 1
+        where = f"Before optimizer step {self._steps} (after the backward of training_step)"
+        message = no_gradient_message([optimizer], pl_module.named_parameters(), where=where)
+        if message is not None:
+            self._steps = GRAD_CHECK_STEPS  # once is enough
+            warnings.warn(message, NoGradientWarning, stacklevel=2)
 
 
 __all__ = ["PrecisionPluginTrainerMixin", "prepare_trainer_kwargs"]

@@ -20,12 +20,13 @@ code path in higher precision, slowly, and is meant for CPU tests, not for train
 from __future__ import annotations
 
 import fnmatch
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Optional, Union
 
 import torch
 
-from precision_base import PrecisionPluginError
+from precision_base import PrecisionPluginError, PrecisionPluginWarning
 
 RECIPES: Final[dict[str, str]] = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
 """Our precision name -> torchao's ``Float8LinearRecipeName`` value."""
@@ -43,6 +44,7 @@ def install_hint() -> str:
     from precision_base.registry import install_command
 
     return f"{install_command('precision-fsdp', 'fp8')} (it brings torchao)"
+
 
 Fp8Filter = Union[Sequence[str], Callable[[torch.nn.Module, str], bool], None]
 
@@ -155,10 +157,38 @@ def convert(
     decide = user_filter(chosen) or default_filter(root)
     excluded = {id(m) for e in exclude for m in e.modules()}
     names = [name for name, module in _linears(root) if id(module) not in excluded and decide(module, name)]
+    if not names:
+        warnings.warn(nothing_converted_message(root, spec, chosen, excluded), PrecisionPluginWarning, stacklevel=2)
     float8.convert_to_float8_training(
         root, module_filter_fn=lambda m, fqn: fqn in names, config=config(spec, precision, emulate)
     )
     return names
+
+
+def nothing_converted_message(root: torch.nn.Module, spec: str, chosen: Fp8Filter, excluded: set[int]) -> str:
+    """Why no Linear layer of ``root`` was chosen for float8: each Linear with its reason (the model would train
+    in bf16-mixed under an fp8 name)."""
+    linears = _linears(root)
+    if not linears:
+        return f"{spec}: the model has no torch.nn.Linear layer, so nothing runs in float8 (it trains as bf16-mixed)."
+    ends = {linears[0][0], linears[-1][0]}
+    reasons = []
+    for name, module in linears:
+        if id(module) in excluded:
+            why = "keep_fp32"
+        elif chosen is not None:
+            why = "fp8_filter did not choose it"
+        elif name in ends:
+            why = "first or last Linear"
+        else:
+            why = f"{module.in_features}x{module.out_features} not multiples of 16"
+        reasons.append(f"{name or '<root>'} ({why})")
+    shown = ", ".join(reasons[:8]) + (f" and {len(reasons) - 8} more" if len(reasons) > 8 else "")
+    return (
+        f"{spec}: no Linear layer was chosen for float8, so nothing runs in float8 (the model trains as bf16-mixed, "
+        f"slower than asking for it). Linear layers: {shown}. Pass fp8_filter= (module name patterns or a callable) "
+        "to choose layers, or use 'fsdp:bf16-mixed'."
+    )
 
 
 def is_converted(root: torch.nn.Module) -> bool:

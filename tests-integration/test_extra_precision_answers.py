@@ -107,6 +107,9 @@ def test_every_door_gives_the_same_refusal_with_a_working_install_line(without_t
         "needs torchao>=0.18, which is not installed (the 'fp8' extra of precision-fsdp "
         f"{pytest.importorskip('precision_fsdp').__version__}); install it with: {line}"
     )
+    docs = (cwd / "docs" / "names-and-errors.md").read_text(encoding="utf-8")  # the page shows an index's line
+    index_why = why.replace(f"install it with: {line}", 'install it with: pip install "precision-fsdp[fp8]"')
+    assert f"PluginRequirementError: fsdp:fp8-tensorwise is unavailable here: it {index_why}\n" in docs
     for name, kind, message in rows:
         spec = "fsdp:fp8-tensorwise" if name.startswith("resolve") else "fsdp:fp8-rowwise"
         assert kind == "PluginRequirementError", (name, kind, message)

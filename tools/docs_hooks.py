@@ -83,6 +83,8 @@ SPEC_CASES: list[object] = [
     "fsdp:bf16-mix",
     "fsdp:64",
     "fsdp:fp16",
+    "fsdp:fp32",
+    "fsdp:fp8",
     "my plugin:32",
     None,
     32,
@@ -337,7 +339,12 @@ def gen_dtypes(_: str | None) -> str:
         fsdp1: dict[str, Any] = {}
         notes: dict[str, tuple[str, ...]] = {}
         failures = []
-        for precision in entry.precisions:
+        extra_rows: dict[str, dict[str, str]] = {}
+        unavailable = dict(entry.unavailable)
+        for precision in entry.precisions + entry.extra_precisions:
+            if precision in unavailable:  # its optional extra is not installed where the docs were built
+                failures.append(f"`{precision}`: unavailable: {_md_escape(unavailable[precision])}")
+                continue
             try:
                 plugin = resolve(f"{backend}:{precision}")
                 table = plugin.dtypes()
@@ -348,12 +355,22 @@ def gen_dtypes(_: str | None) -> str:
                 continue
             tables[precision] = table
             notes[precision] = tuple(table.notes)
+            if precision in entry.extra_precisions:  # what the extra precision adds: its own describe() section
+                base_keys = set(dict(resolve(f"{backend}:{dict(entry.info.extra_precisions)[precision]}").describe()))
+                for key, value in plugin.describe().items():
+                    if key not in base_keys and isinstance(value, dict):
+                        extra_rows.setdefault(precision, {}).update({str(k): str(v) for k, v in value.items()})
         if tables:
             roles = [role for role, _ in next(iter(tables.values())).rows()]
             if fsdp1:
                 out.append(
                     "For FSDP2 (`fully_shard`, the default). A row marked *FSDP1* replaces the row above it under "
                     "`FSDPStrategy` (FSDP1, CUDA GPUs only); the other rows are the same for both.\n"
+                )
+            if entry.extra_precisions:
+                out.append(
+                    "Columns after the five are the backend's extra precisions (`precision-plugins list` marks one "
+                    "*unavailable* while its optional extra is not installed).\n"
                 )
             out.append("| | " + " | ".join(f"`{p}`" for p in tables) + " |")
             out.append("|---|" + "---|" * len(tables))
@@ -363,6 +380,9 @@ def gen_dtypes(_: str | None) -> str:
                 other = [dict(fsdp1[p].rows())[role] if p in fsdp1 else c for p, c in zip(tables, cells, strict=True)]
                 if fsdp1 and other != cells:
                     out.append(f"| {role}, *FSDP1* | " + " | ".join(other) + " |")
+            for role in dict.fromkeys(r for rows in extra_rows.values() for r in rows):
+                cells = [_md_escape(extra_rows.get(p, {}).get(role, "-")) for p in tables]
+                out.append(f"| {_md_escape(role)} | " + " | ".join(cells) + " |")
             out.append("")
             by_note: dict[str, list[str]] = {}
             for precision, lines in notes.items():

@@ -54,7 +54,7 @@ from precision_base.errors import (
     shorten,
 )
 from precision_base.requirements import installed_version, unmet_requirements
-from precision_base.spec import PluginSpec, parse_spec
+from precision_base.spec import PRECISIONS, PluginSpec, parse_spec
 
 if TYPE_CHECKING:
     from importlib import metadata
@@ -658,7 +658,8 @@ def check_precision(entry: PluginEntry, precision: str) -> None:
     assert entry.info is not None
     offered = entry.info.all_precisions
     if precision not in offered:
-        close = difflib.get_close_matches(precision, offered, n=1, cutoff=0.6)
+        extras = [name for name in offered if name not in PRECISIONS]  # one of Lightning's five is no misspelling
+        close = [] if precision in PRECISIONS else difflib.get_close_matches(precision, extras, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UnsupportedPrecisionError(
             f"precision backend {entry.backend!r} ({entry.distribution} {entry.version}) does not offer "

@@ -160,8 +160,46 @@ def integration(session: nox.Session) -> None:
     env = everything(session, *TEST_DEPS)
     in_cells = {path for paths in MATRIX.get("tests", {}).values() for path in paths}
     ignore = [f"--ignore={path}" for path in sorted(in_cells) if path.startswith("tests-integration/")]
+    ignore.append("--ignore=tests-integration/zoo")  # the zoo sessions below, with their own test dependencies
     args = ["-p", "no:cacheprovider", *ignore, *(session.posargs or ["-q"])]
     session.run("python", "-m", "pytest", "tests-integration", *args, env=env)
+
+
+# The model zoo's libraries: test dependencies of the zoo sessions only (the packages never depend on them).
+# litgpt 0.5.13 requires huggingface-hub<1.4, transformers 5.3 huggingface-hub>=1.3 (their metadata); pip resolved
+# `litgpt transformers>=5` to transformers 5.3.0, hence transformers below 5.4.
+ZOO_DEPS = ["transformers>=5.3,<5.4", "litgpt==0.5.13"]
+
+
+def run_zoo(session: nox.Session, which: str) -> None:
+    """tests-integration/zoo/ with ``ZOO=which``; records into build/zoo/<which>/; ``-- --update-docs`` merges them
+    into docs/zoo.json and regenerates docs/zoo.md's table."""
+    env = everything(session, *TEST_DEPS, *ZOO_DEPS)
+    results = ROOT / "build" / "zoo" / which
+    shutil.rmtree(results, ignore_errors=True)
+    update = "--update-docs" in session.posargs
+    args = [a for a in session.posargs if a != "--update-docs"] or ["-q"]
+    env = {**env, **DS_ENV, "ZOO": which, "ZOO_RESULTS": str(results)}
+    try:
+        session.run("python", "-m", "pytest", "tests-integration/zoo", "-p", "no:cacheprovider", *args, env=env)
+    finally:
+        if update:
+            session.run("python", "tests-integration/zoo/zoo_cases.py", "merge", str(results), "docs/zoo.json")
+            session.run("python", "-m", "tools.docs_hooks", "--write", env=env)
+
+
+@nox.session(python=PYTHON, tags=["zoo"])
+@discarded
+def zoo(session: nox.Session) -> None:
+    """The whole model zoo: every architecture x every precision x the lifecycle, both doors (nightly)."""
+    run_zoo(session, "full")
+
+
+@nox.session(name="zoo_slice", python=PYTHON, tags=["ci", "zoo"])
+@discarded
+def zoo_slice(session: nox.Session) -> None:
+    """The zoo's CI slice: every architecture, precision, backend and door once (tests-integration/zoo/zoo_cases.py)."""
+    run_zoo(session, "ci")
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "lint"])

@@ -75,20 +75,17 @@ def _register_liar(backend: str) -> str:
     return f"{backend}:{precision}"
 
 
-def fit(args: dict[str, Any]) -> dict[str, Any] | None:
-    """Fit ``args["spec"]`` for ``args["steps"]`` (default 2) steps with ``PrecisionAudit(strict=True)``."""
+def _fit_one(run: dict[str, Any]) -> dict[str, Any]:
+    """One fit of ``run["spec"]`` (``run["liar"]``: a wrong plugin's backend) with ``PrecisionAudit(strict=True)``."""
     world_size()
-    torch.set_num_threads(1)
     seed_everything(7)
-    spec = args["spec"]
-    if "liar" in args:
-        spec = _register_liar(args["liar"])
-    audit = PrecisionAudit(steps=int(args.get("audit_steps", 1)), strict=True)
+    spec = _register_liar(run["liar"]) if "liar" in run else run["spec"]
+    audit = PrecisionAudit(steps=int(run.get("audit_steps", 1)), strict=True)
     trainer = precision_base.Trainer(
-        precision_plugin=precision_base.resolve(spec, **args.get("options", {})),
+        precision_plugin=precision_base.resolve(spec, **run.get("options", {})),
         accelerator="cpu",
         devices=2,
-        max_steps=int(args.get("steps", 2)),
+        max_steps=int(run.get("steps", 2)),
         logger=False,
         callbacks=[audit],
         enable_checkpointing=False,
@@ -100,7 +97,34 @@ def fit(args: dict[str, Any]) -> dict[str, Any] | None:
         trainer.fit(TinyLlama())
     except PrecisionAuditError as exc:
         error = str(exc)
-    if trainer.global_rank != 0:
-        return None
     assert audit.report is not None, "the audit made no report"
-    return {"report": audit.report.as_dict(), "text": audit.report.format(), "error": error}
+    return {"report": audit.report.as_dict(), "text": audit.report.format(), "error": error,
+            "global_step": int(trainer.global_step)}  # fmt: skip
+
+
+def _fabric_one(run: dict[str, Any]) -> dict[str, Any]:
+    """``run["spec"]`` through ``precision_base.Fabric``: two steps inside ``audit_fabric_steps(strict=True)``."""
+    from precision_base import Fabric, audit_fabric_steps
+
+    world_size()
+    seed_everything(7)
+    fabric = Fabric(precision_plugin=run["spec"], strategy="auto", accelerator="cpu", devices=2)
+    fabric.launch()
+    module = TinyLlama().llama
+    model, optimizer = fabric.setup(module, torch.optim.AdamW(module.parameters(), lr=1e-3))
+    ids = torch.randint(0, VOCAB, (4, SEQ), generator=torch.Generator().manual_seed(fabric.global_rank))
+    with audit_fabric_steps(fabric, model, optimizer, steps=1, strict=True) as audit:
+        for _ in range(2):
+            loss = model(input_ids=ids, labels=ids).loss
+            fabric.backward(loss.float(), model=model)
+            optimizer.step()
+            optimizer.zero_grad()
+    assert audit.report is not None
+    return {"report": audit.report.as_dict(), "text": audit.report.format(), "error": None, "global_step": 2}
+
+
+def fits(args: dict[str, Any]) -> dict[str, Any] | None:
+    """Every run of ``args["runs"]`` one after another in the same 2 processes; rank 0 returns them by label."""
+    torch.set_num_threads(1)
+    out = {run["label"]: (_fabric_one if run.get("door") == "fabric" else _fit_one)(run) for run in args["runs"]}
+    return out if torch.distributed.get_rank() == 0 else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
+from dataclasses import fields
 from typing import Any, ClassVar, Optional
 
 import pytest
@@ -73,6 +74,11 @@ class PluginConformance:
     module_cast_by_strategy: ClassVar[bool] = False
     """Set True only when the strategy, not the plugin, casts the module to the compute dtype (DeepSpeed's engine
     does): the compute check then casts the module itself, standing in for the strategy."""
+    audit_fit: ClassVar[bool] = False
+    """Set True to run :meth:`test_strict_audit_of_a_real_two_process_fit` (2 CPU processes, 20-60 s); off by
+    default so that the kit's other checks stay fast (the check then reports itself skipped, saying so)."""
+    audit_fit_precisions: ClassVar[tuple[str, ...]] = ()
+    """The precisions the audited 2-process fit runs; ``()`` (the default): every declared one."""
 
     # -- collection -------------------------------------------------------------------------------------
     @classmethod
@@ -343,6 +349,43 @@ class PluginConformance:
         fresh = plugin_cls(precision)
         fresh.load_state_dict(state)
         _assert_same_state(fresh.state_dict(), state)
+
+    @pytest.mark.slow
+    def test_strict_audit_of_a_real_two_process_fit(self) -> None:
+        """Every declared precision (``audit_fit_precisions`` narrows them) fits 2 steps in 2 CPU processes under
+        ``PrecisionAudit(strict=True)``: what runs must match ``dtypes()``. A precision the plugin itself refuses on
+        this machine (a ``PrecisionPluginError`` while the Trainer is built) is reported, not failed; at least one
+        precision must run."""
+        if not self.audit_fit:
+            pytest.skip("the audited 2-process fit is opt-in: set audit_fit = True on the kit class to run it")
+        import os
+        import sys
+
+        from precision_base.testing.launch import run_ranks
+
+        precisions = self.audit_fit_precisions or self._declared_precisions()
+        args: dict[str, Any] = {"backend": self.backend, "precisions": list(precisions)}
+        env = {"PYTHONWARNINGS": "ignore"}
+        if self.plugin_info is not None:
+            cls = self.plugin_class
+            ref = f"{cls.__module__}:{cls.__qualname__}" if cls is not None else self.plugin_info.plugin_class
+            args["register"] = {
+                **{f.name: getattr(self.plugin_info, f.name) for f in fields(PluginInfo)},
+                "class_ref": ref,
+            }
+            module = sys.modules.get(ref.partition(":")[0])
+            if module is not None and getattr(module, "__file__", None):
+                folder = os.path.dirname(os.path.abspath(module.__file__ or ""))
+                env["PYTHONPATH"] = os.pathsep.join([folder, *filter(None, [os.environ.get("PYTHONPATH")])])
+        results = run_ranks("precision_base.audit.kit:fit_each", args, world=2, threads=1, timeout=900, env=env)
+        failed = {p: r["error"] for p, r in results.items() if "error" in r}
+        assert not failed, "the strict audit failed:\n" + "\n".join(f"{p}:\n{e}" for p, e in failed.items())
+        ran = [p for p, r in results.items() if "report" in r]
+        refused = {p: r["refused"] for p, r in results.items() if "refused" in r}
+        assert ran, f"no precision could run on this machine; the plugin refused each: {refused}"
+        for precision in ran:
+            report = results[precision]
+            assert report["report"]["ok"], f"{self.backend}:{precision}:\n{report['text']}"
 
     def test_pickles(self, plugin: Any, table: DtypeTable) -> None:
         clone = pickle.loads(pickle.dumps(plugin))

@@ -73,8 +73,6 @@ __all__ = [
     "PluginSpec",
     "PrecisionAudit",
     "PrecisionAuditError",
-    "PrecisionAudit",
-    "PrecisionAuditError",
     "PrecisionMonitor",
     "PrecisionPlugin",
     "PrecisionPluginError",
@@ -88,7 +86,6 @@ __all__ = [
     "UnknownBackendError",
     "UnsupportedPrecisionError",
     "__version__",
-    "audit_fabric_steps",
     "audit_fabric_steps",
     "clear_cache",
     "get_entry",
@@ -119,10 +116,6 @@ def __getattr__(name: str) -> Any:
         from precision_base.monitor import PrecisionMonitor
 
         return PrecisionMonitor
-    if name in ("PrecisionAudit", "audit_fabric_steps"):
-        from precision_base import audit
-
-        return getattr(audit, name)
     if name in ("PrecisionAudit", "audit_fabric_steps"):
         from precision_base import audit
 

@@ -44,25 +44,3 @@ def deepspeed_comm_backend() -> Any:
     import sys
 
     return getattr(sys.modules.get("deepspeed.comm.comm"), "cdb", None)
-
-
-def torch_dispatch_mode() -> type:
-    """torch's base class of Python dispatch modes, for the audit's float8 watch (:mod:`precision_base.audit`).
-
-    Private in torch: ``torch.utils._python_dispatch.TorchDispatchMode`` (public in spirit: its docs teach subclassing
-    it; ``__torch_dispatch__(func, types, args, kwargs)`` sees every aten op below autograd while it is entered).
-    """
-    module: Any = importlib.import_module("torch.utils._python_dispatch")
-    return module.TorchDispatchMode  # type: ignore[no-any-return]
-
-
-def deepspeed_comm_backend() -> Any:
-    """DeepSpeed's communication backend object, or ``None`` when DeepSpeed is not imported or not initialised.
-
-    Private in DeepSpeed: the module global ``deepspeed.comm.comm.cdb`` (a ``TorchBackend``), whose
-    ``all_gather_function`` / ``reduce_scatter_function`` attributes hold ``torch.distributed`` callables cached when
-    it was created. Looked up in ``sys.modules`` only: the audit never imports DeepSpeed.
-    """
-    import sys
-
-    return getattr(sys.modules.get("deepspeed.comm.comm"), "cdb", None)

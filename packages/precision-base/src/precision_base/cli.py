@@ -258,31 +258,6 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    """Run ``args.script`` as ``__main__`` with ``PRECISION_PLUGINS_AUDIT`` set: every Trainer it makes through
-    precision-base's doors audits its first steps and prints the report at rank 0. Exit 1 on a strict mismatch."""
-    import runpy
-
-    from precision_base.audit.callback import ENV_VARIABLE
-    from precision_base.errors import PrecisionAuditError
-
-    tokens = ["strict"] if args.strict else ["1"]
-    os.environ[ENV_VARIABLE] = ",".join([*tokens, f"steps={args.steps}"])
-    sys.argv = [args.script, *args.script_args]
-    try:
-        runpy.run_path(args.script, run_name="__main__")
-    except PrecisionAuditError as exc:
-        print(f"precision-plugins audit: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"steps must be a positive int, got {text!r}")
-    return int(text)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="precision-plugins",

@@ -114,8 +114,3 @@ class TrainerConfigurationError(PrecisionPluginError, ValueError):
 class PrecisionAuditError(PrecisionPluginError, RuntimeError):
     """A strict :class:`precision_base.PrecisionAudit` found dtypes that differ from the plugin's table (raised on
     every rank); the message lists the rows that differ."""
-
-
-class PrecisionAuditError(PrecisionPluginError, RuntimeError):
-    """A strict :class:`precision_base.PrecisionAudit` found dtypes that differ from the plugin's table (raised on
-    every rank); the message lists the rows that differ."""

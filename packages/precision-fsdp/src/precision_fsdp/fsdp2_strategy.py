@@ -20,6 +20,7 @@ from precision_fsdp._compat import (
 )
 from precision_fsdp.sharding import (
     WrapPolicy,
+    count_units,
     describe_units,
     fsdp_version_of,
     separate_roots,
@@ -126,7 +127,7 @@ class FSDP2StrategyImpl(_LightningBase):
         if prepare is not None:
             prepare(model)  # keep_fp32 names and fp8's first/last Linear are relative to the whole model
         units = units_for_lightning(model, self.auto_wrap_policy)
-        pl.utilities.rank_zero_info(f"{type(self).__name__}: {describe_units(model, units, self.auto_wrap_policy)}")
+        line = f"{type(self).__name__}: {describe_units(model, units, self.auto_wrap_policy)}"
         roots = separate_roots(units)  # Lightning runs no root forward: each would stay gathered until its backward
         for unit in units:
             if id(unit) in roots:
@@ -134,6 +135,8 @@ class FSDP2StrategyImpl(_LightningBase):
             else:
                 shard_one(unit, mesh=mesh["data_parallel"])
         shard_one(model, mesh=mesh["data_parallel"])
+        kept = count_units(model) - len(units) - 1
+        pl.utilities.rank_zero_info(line + (f"; {kept} modules kept in float32, a unit each" if kept > 0 else ""))
 
 
 def _has_dtensor_parameters(model: torch.nn.Module) -> bool:

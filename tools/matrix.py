@@ -67,6 +67,53 @@ def ci_requirement(axis: str, matrix: dict[str, Any]) -> str:
     return f"{axis}{_spec(matrix['axes'][axis][str(matrix['ci'][axis])])}"
 
 
+INDEX_VARIABLES = (
+    "UV_DEFAULT_INDEX",
+    "UV_INDEX",
+    "UV_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+)
+"""Where uv and pip read extra package indexes from the environment (CI sets PyTorch's CPU index in them)."""
+
+
+def cpu_torch_index(env: dict[str, str]) -> str | None:
+    """The PyTorch CPU wheel index (``.../whl/cpu``) that ``env`` gives uv or pip, if any."""
+    for name in INDEX_VARIABLES:
+        for url in env.get(name, "").split():
+            if url.rstrip("/").endswith("/whl/cpu"):
+                return url
+    return None
+
+
+def lowest_torch_constraint(pkg: Package, matrix: dict[str, Any], env: dict[str, str]) -> str:
+    """The torch line of a ``lowest-<module>`` session's constraint file.
+
+    A package that declares a torch floor gets torch at that floor. With PyTorch's CPU index configured (as CI
+    does for every session), ``uv --resolution lowest-direct`` would still pick the package index's plain
+    ``2.4.0`` (a CUDA build on Linux, several GB) over ``2.4.0+cpu``, because a local version sorts above its public
+    one; so the line pins the CPU build, ``torch==2.4.0+cpu``. Without that index it is ``torch==2.4.0`` (what the
+    machine's own configuration provides). precision-base declares no torch: the CI cell's torch (``torch==2.13.*``,
+    resolved highest, so the CPU index's ``+cpu`` build wins as in the other sessions).
+    """
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    floors = [
+        Version(s.version)
+        for dep in pkg.dependencies()
+        if Requirement(dep).name == "torch"
+        for s in Requirement(dep).specifier
+        if s.operator == ">="
+    ]
+    if not floors:
+        return ci_requirement("torch", matrix)
+    release = (*max(floors).release, 0, 0)[:3]
+    floor = ".".join(map(str, release))
+    return f"torch=={floor}+cpu" if cpu_torch_index(env) else f"torch=={floor}"
+
+
 def environment(cell: Cell, matrix: dict[str, Any]) -> dict[str, str]:
     """Environment variables the cell's axis values ask for (``env = {...}`` in ``tools/matrix.toml``)."""
     env: dict[str, str] = {}

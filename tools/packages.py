@@ -61,10 +61,13 @@ class Package:
     def version(self) -> str:
         return read_version(self.about)
 
+    def dependencies(self) -> list[str]:
+        """The package's run-time requirements (``[project] dependencies``, not its extras), as written."""
+        return list(tomllib.loads(self.pyproject.read_text(encoding="utf-8"))["project"].get("dependencies", []))
+
     def requires(self, name: str) -> bool:
         """Whether the package's run-time dependencies (not its extras) name the distribution ``name``."""
-        deps = tomllib.loads(self.pyproject.read_text(encoding="utf-8"))["project"].get("dependencies", [])
-        return any(Requirement(dep).name == name for dep in deps)
+        return any(Requirement(dep).name == name for dep in self.dependencies())
 
 
 def read_version(about: Path) -> str:

@@ -136,6 +136,29 @@ def test_release_needs_a_changelog_entry_for_the_version(built: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("dist", ["precision-base", "precision-fsdp"])
+def test_release_refuses_unrendered_fragments_of_the_package_itself(tmp_path: Path, dist: str) -> None:
+    pytest.importorskip("build")
+    write_package_list(tmp_path, ROWS[:2])
+    pkgs = {
+        "precision-base": make_package(tmp_path, "precision-base", ["packaging>=22"], entry_point=False),
+        "precision-fsdp": make_package(tmp_path, "precision-fsdp", ["precision-base>=0.3,<1"], entry_point=True),
+    }
+    pkg = pkgs[dist]
+    pkg.changelog.write_text(pkg.changelog.read_text() + "\n## [0.3.0] - 2026-11-30\n")
+    (pkg.path / "changelog.d").mkdir()
+    (pkg.path / "changelog.d" / "README.md").write_text("not a fragment\n")
+    (pkg.path / "changelog.d" / "21.security.md").write_text("Lightning 2.6.2 and 2.6.3 excluded.\n")
+    build(pkg, tmp_path / "dist")
+    _, problems = check_dir(tmp_path / "dist", only=dist, root=tmp_path, release=True)
+    assert problems == [
+        f"{dist}: 1 changelog fragment(s) in {dist}/changelog.d/ are not in CHANGELOG.md (21.security.md): "
+        f"run `nox -s bump -- {dist} <how>`, which renders them into the version's entry"
+    ]
+    (pkg.path / "changelog.d" / "21.security.md").unlink()  # what `nox -s bump` does once it rendered them
+    assert check_dir(tmp_path / "dist", only=dist, root=tmp_path, release=True)[1] == []
+
+
 def test_release_of_a_plugin_needs_a_released_current_precision_base(tmp_path: Path) -> None:
     pytest.importorskip("build")
     write_package_list(tmp_path, ROWS[:2])

@@ -152,3 +152,60 @@ def test_the_table_is_written_from_the_reports_into_the_build_folder(tmp_path: P
     assert "| `python=3.11, torch=2.13, lightning=2.6` | ✅ passed |" in text
     assert "AssertionError: bf16 expected" in text
     assert json.loads(md.with_suffix(".json").read_text())["cells"][0]["status"] == "passed"
+
+
+def _fake_wheel(folder: Path, name: str, version: str) -> Path:
+    """An installable, empty wheel ``name==version`` (enough for a resolver to choose between builds)."""
+    import zipfile
+
+    dist = f"{name}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    info = f"{dist}.dist-info"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return path
+
+
+@pytest.mark.parametrize("cpu_index", [True, False])
+def test_lowest_sessions_ask_for_cpu_torch_where_the_cpu_index_is_configured(tmp_path: Path, cpu_index: bool) -> None:
+    """Issue 21: `uv pip install --resolution lowest-direct` of `torch>=2.4` picks the package index's plain
+    2.4.0 (a CUDA build on Linux) over PyTorch's 2.4.0+cpu. A real uv resolution over two wheel folders standing in
+    for the two indexes shows it, and that the lowest sessions' torch line picks the CPU build."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tools.packages import ROOT, find
+
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.fail("uv is not on PATH: run these tests through `nox -s tools`, which installs it")
+    pypi, cpu = tmp_path / "pypi", tmp_path / "cpu"
+    pypi.mkdir()
+    cpu.mkdir()
+    for version in ("2.4.0", "2.4.1", "2.13.0"):
+        _fake_wheel(pypi, "torch", version)
+        _fake_wheel(cpu, "torch", f"{version}+cpu")
+    real = matrix.load(ROOT / "tools" / "matrix.toml")
+    fsdp = find("precision-fsdp")
+    env = {"UV_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cpu"} if cpu_index else {}
+    line = matrix.lowest_torch_constraint(fsdp, real, env)
+    assert line == ("torch==2.4.0+cpu" if cpu_index else "torch==2.4.0")
+    (tmp_path / "req.txt").write_text("torch>=2.4\n")  # precision-fsdp's own torch requirement
+    (tmp_path / "c.txt").write_text(line + "\n")
+
+    env_uv = {"PATH": "", "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "UV_NO_CONFIG": "1"}
+
+    def resolve(*more: str) -> str:
+        command = [uv, "pip", "compile", "--python", sys.executable, "--no-index", "--find-links", str(pypi)]
+        command += ["--find-links", str(cpu)]
+        command += ["--resolution", "lowest-direct", "--no-header", "--no-annotate", "-q", str(tmp_path / "req.txt")]
+        done = subprocess.run([*command, *more], capture_output=True, text=True, check=True, env=env_uv)
+        return done.stdout.strip()
+
+    assert resolve() == "torch==2.4.0"  # the finding: the plain build, even where the CPU index is there
+    assert resolve("-c", str(tmp_path / "c.txt")) == line  # what the lowest session asks for
+    base = matrix.lowest_torch_constraint(find("precision-base"), real, env)
+    assert base == matrix.ci_requirement("torch", real)  # no torch floor of its own: the CI cell's torch

@@ -63,3 +63,61 @@ def test_bump_without_its_two_arguments_says_how_to_call_it(repo: Path) -> None:
     done = _nox(repo, "-s", "bump", "--", "fsdp")
     assert done.returncode == 1
     assert "usage: nox -s bump -- <package> <major|minor|patch|X.Y.Z>" in done.stderr
+
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+def test_every_action_is_pinned_by_commit_sha_with_its_version_and_dependabot_updates_them() -> None:
+    import re
+
+    uses = [
+        (path.name, line.strip())
+        for path in WORKFLOWS
+        for line in path.read_text().splitlines()
+        if re.match(r"\s*(- )?uses:", line)
+    ]
+    assert len(uses) >= 24
+    pinned = re.compile(r"(- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+)*\Z")
+    assert [u for u in uses if not pinned.match(u[1])] == []
+    dependabot = (ROOT / ".github" / "dependabot.yml").read_text()
+    assert "package-ecosystem: github-actions" in dependabot
+
+
+def test_release_workflow_runs_only_from_main_or_the_packages_tag_and_publishes_per_package() -> None:
+    text = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    gate = text[text.index("name: only from main or from this package's release tag") :]
+    gate = gate[: gate.index("- uses:")]
+    assert "refs/heads/main) " in gate
+    assert '"refs/tags/${PACKAGE}=="*) ' in gate
+    assert '*) echo "::error::Release runs from main or a ${PACKAGE}==<version> tag, not ${REF}"; exit 1 ;;' in gate
+    assert text.index("only from main") < text.index("actions/checkout")  # before anything else of the build job
+    assert "name: pypi-${{ inputs.package }}" in text  # one publishing environment per package
+    assert "if: needs.build.outputs.from_tag != 'true'" in text  # a re-run from the tag does not tag again
+    assert '-- "$PACKAGE" --release' in text  # the build's --release check: changelog entry, no fragments
+
+
+def test_release_gate_accepts_main_and_the_tag_and_refuses_any_other_ref(tmp_path: Path) -> None:
+    """The gate's shell, run as the workflow runs it (bash), for each kind of ref."""
+    import re
+
+    text = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    block = text[text.index("name: only from main or from this package's release tag") :]
+    script = block[block.index("run: |\n") + len("run: |\n") : block.index("- uses:")]
+    script = "\n".join(line[10:] for line in script.splitlines())
+    results = {}
+    for ref in ("refs/heads/main", "refs/tags/precision-fsdp==0.2.0", "refs/heads/feature", "refs/tags/v1"):
+        out = tmp_path / "out"
+        out.write_text("")
+        env = {"REF": ref, "PACKAGE": "precision-fsdp", "GITHUB_OUTPUT": str(out), "PATH": "/usr/bin:/bin"}
+        done = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True, env=env)
+        results[ref] = (done.returncode, out.read_text().strip() or re.sub(r"\s+", " ", done.stdout.strip()))
+    assert results == {
+        "refs/heads/main": (0, "from_tag=false"),
+        "refs/tags/precision-fsdp==0.2.0": (0, "from_tag=true"),
+        "refs/heads/feature": (
+            1,
+            "::error::Release runs from main or a precision-fsdp==<version> tag, not refs/heads/feature",
+        ),
+        "refs/tags/v1": (1, "::error::Release runs from main or a precision-fsdp==<version> tag, not refs/tags/v1"),
+    }

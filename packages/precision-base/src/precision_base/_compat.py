@@ -44,3 +44,19 @@ def deepspeed_comm_backend() -> Any:
     import sys
 
     return getattr(sys.modules.get("deepspeed.comm.comm"), "cdb", None)
+
+
+def cpu_native_half() -> tuple[bool, bool]:
+    """Whether this CPU computes bfloat16 and float16 natively (``(bf16, fp16)``), for ``precision-plugins recommend``.
+
+    Private in torch: ``torch.cpu._is_avx512_bf16_supported()``, ``torch.cpu._is_amx_tile_supported()`` and
+    ``torch.cpu._is_amx_fp16_supported()`` (x86 CPUID checks; ``False`` on other CPUs). bfloat16: AVX512-BF16 or AMX;
+    float16: AMX-FP16. A function that this torch lacks counts as ``False``. Imports torch.
+    """
+    import torch
+
+    def ask(name: str) -> bool:
+        check = getattr(torch.cpu, name, None)
+        return bool(check()) if callable(check) else False
+
+    return ask("_is_avx512_bf16_supported") or ask("_is_amx_tile_supported"), ask("_is_amx_fp16_supported")

@@ -137,9 +137,10 @@ def configure_model_counted_as_overridden(module: Any) -> Iterator[None]:
     nothing else shards the model). When :class:`~precision_fsdp.fsdp2_strategy.FSDP2Strategy` has sharded the
     model itself, it runs Lightning's ``setup`` inside this block. Undocumented behaviour used: ``is_overridden``
     compares ``getattr(module, "configure_model")`` with ``LightningModule.configure_model``, so an instance
-    attribute holding another function counts as an override. The attribute is removed on exit.
+    attribute holding another function counts as an override. The attribute is removed on exit. A LightningModule
+    whose class overrides ``configure_model`` is left as it is.
     """
-    if "configure_model" in vars(module):
+    if "configure_model" in vars(module) or _class_overrides_configure_model(type(module)):
         yield
         return
 
@@ -151,6 +152,17 @@ def configure_model_counted_as_overridden(module: Any) -> Iterator[None]:
         yield
     finally:
         del module.configure_model
+
+
+def _class_overrides_configure_model(cls: type) -> bool:
+    """Whether a class between ``cls`` and Lightning's ``LightningModule`` (either namespace) defines
+    ``configure_model``."""
+    for base in cls.__mro__:
+        if base.__name__ == "LightningModule" and base.__module__.endswith(".core.module"):
+            return False
+        if "configure_model" in vars(base):
+            return True
+    return False
 
 
 THROUGHPUT_DTYPE_FUNCTION: Final = "_plugin_to_compute_dtype"

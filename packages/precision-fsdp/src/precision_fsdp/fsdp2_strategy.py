@@ -3,16 +3,23 @@ LightningModule does not (no ``configure_model`` needed), over all processes.
 
 This is what ``precision_plugin="fsdp:<precision>"`` with ``strategy="auto"`` trains with. A ``configure_model``
 that applies ``fully_shard`` itself (or tensor parallelism) keeps full control: the strategy then shards nothing.
+
+The whole Lightning lifecycle runs on one model: ``fit`` then ``validate`` / ``test`` / ``predict`` on the same Trainer
+(the model is sharded once, by the first run), each of them alone on a fresh Trainer, with or without ``ckpt_path``
+(Lightning's distributed checkpoint, consolidated by ``python -m lightning.fabric.utilities.consolidate_checkpoint``).
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 import lightning.pytorch as pl
 from typing_extensions import override
 
 from precision_fsdp._compat import (
+    FSDPModule,
     configure_model_counted_as_overridden,
     fully_shard,
     mesh_sizes,
@@ -34,6 +41,9 @@ if TYPE_CHECKING:
 else:
     _LightningBase = object  # at run time the concrete class supplies ModelParallelStrategy of its namespace
 
+ActivationCheckpointing = Union[None, type, Collection[type]]
+"""What ``FSDP2Strategy(activation_checkpointing=...)`` accepts: ``None``, a module class or a collection of them."""
+
 
 class FSDP2StrategyImpl(_LightningBase):
     """All code of :class:`FSDP2Strategy`; the concrete class adds Lightning's ``ModelParallelStrategy`` as base
@@ -49,29 +59,49 @@ class FSDP2StrategyImpl(_LightningBase):
             (number of nodes x devices per node, divided by ``tensor_parallel_size``).
         tensor_parallel_size: size of the tensor-parallel dimension; default 1 (pure FSDP2). ``"auto"`` keeps
             Lightning's meaning (the devices of one node).
+        activation_checkpointing: a module class, or a collection of them (usually the model's block class,
+            e.g. ``(Block,)``), whose instances recompute their forward during backward instead of keeping their
+            activations (``torch.utils.checkpoint``, non-reentrant): less memory for one more forward per block.
+            Applied before sharding (and also to a model your ``configure_model`` shards), to the outermost
+            matching modules; parameter names and checkpoints are unchanged. Default ``None`` (off).
+            :attr:`checkpointed` names the modules after setup.
         **kwargs: the other arguments of ``ModelParallelStrategy`` (``save_distributed_checkpoint``,
             ``process_group_backend``, ``timeout``).
 
+    Lightning idioms that work under this strategy: ``fit`` then ``validate`` / ``test`` / ``predict`` on the same
+    Trainer, or each on a fresh Trainer with ``ckpt_path``; several optimizers with manual optimization, with or
+    without ``LightningModule.toggle_optimizer`` (a unit whose forward needs no backward, e.g. the frozen generator
+    in a discriminator step, is resharded right after that forward, so the ``requires_grad`` that ``toggle_optimizer``
+    sets on the sharded parameters is what its next forward uses); a ``configure_model`` that shards blocks through
+    ``self.trainer.precision_plugin.fully_shard`` (``fp8-*`` converts the whole LightningModule's Linear layers at its
+    first call, and ``keep_fp32`` names are matched against the whole LightningModule, without extra calls).
+
     Raises:
-        TypeError, ValueError: ``auto_wrap_policy`` is none of the accepted kinds.
+        TypeError, ValueError: ``auto_wrap_policy`` or ``activation_checkpointing`` is none of the accepted kinds.
     """
 
     auto_wrap_policy: WrapPolicy
+    checkpointed: list[str]
+    """Qualified names of the modules ``activation_checkpointing`` applies to, once setup ran."""
 
     def __init__(
         self,
         auto_wrap_policy: WrapPolicy = None,
         data_parallel_size: Union[Literal["auto"], int] = "auto",
         tensor_parallel_size: Union[Literal["auto"], int] = 1,
+        activation_checkpointing: ActivationCheckpointing = None,
         **kwargs: Any,
     ) -> None:
         import torch
 
         units_to_shard(torch.nn.Module(), auto_wrap_policy)  # refuses a policy of the wrong kind now, not in setup
+        self._checkpoint_classes = checkpoint_classes(activation_checkpointing)
         super().__init__(  # type: ignore[call-arg]
             data_parallel_size=data_parallel_size, tensor_parallel_size=tensor_parallel_size, **kwargs
         )
         self.auto_wrap_policy = auto_wrap_policy
+        self.activation_checkpointing = activation_checkpointing
+        self.checkpointed = []
 
     @override
     def setup_environment(self) -> None:
@@ -86,17 +116,31 @@ class FSDP2StrategyImpl(_LightningBase):
                 )
             set_data_parallel_size(self, processes // tensor_parallel)
         super().setup_environment()  # type: ignore[misc]
+        expect = getattr(self.precision_plugin, "expect_model", None)  # type: ignore[attr-defined]
+        if expect is not None:  # before configure_model runs: what its fully_shard calls are parts of
+            expect(self.lightning_module)  # type: ignore[attr-defined]
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        """Shard the model by :attr:`auto_wrap_policy` unless ``configure_model`` already applied FSDP or tensor
-        parallelism, then run Lightning's ``ModelParallelStrategy.setup``."""
+        """Apply :attr:`activation_checkpointing`, shard the model by :attr:`auto_wrap_policy` unless it is sharded
+        already (by ``configure_model``, by tensor parallelism, or by an earlier ``fit`` / ``validate`` / ``test`` /
+        ``predict`` of this model), then run Lightning's ``ModelParallelStrategy.setup``.
+
+        Raises:
+            ValueError: ``activation_checkpointing`` names classes of which the model holds no instance.
+        """
         model = self.model
         assert model is not None
-        if fsdp_version_of(model) is not None or _has_dtensor_parameters(model):
-            super().setup(trainer)  # type: ignore[misc]
-            return
-        self.shard(model)
+        plugin = self.precision_plugin  # type: ignore[attr-defined]
+        expect = getattr(plugin, "expect_model", None)
+        if expect is not None:
+            expect(None)  # configure_model has run
+        self.checkpointed = apply_activation_checkpointing(model, self._checkpoint_classes)
+        if fsdp_version_of(model) is None and not _has_dtensor_parameters(model):
+            self.shard(model)
+        reshard_after_gradless_forward(model)
+        # Lightning's ModelParallelStrategy.setup refuses a LightningModule without configure_model; the model is
+        # sharded by now, by this strategy (in this run or an earlier one) or by the user's configure_model
         with configure_model_counted_as_overridden(self.lightning_module):  # type: ignore[attr-defined]
             super().setup(trainer)  # type: ignore[misc]
 
@@ -151,3 +195,125 @@ class FSDP2Strategy(FSDP2StrategyImpl, pl.strategies.ModelParallelStrategy):
 
     See :class:`FSDP2StrategyImpl` for the arguments.
     """
+
+
+# -- activation checkpointing -----------------------------------------------------------------------------------------
+def checkpoint_classes(value: ActivationCheckpointing) -> tuple[type[torch.nn.Module], ...]:
+    """``activation_checkpointing`` as a tuple of module classes (empty: off).
+
+    Raises:
+        TypeError: ``value`` is not a module class or a collection of them, or names a container without
+            ``forward`` (``nn.ModuleList``, ``nn.ModuleDict``), which has nothing to recompute.
+    """
+    import torch
+
+    if value is None:
+        return ()
+    classes = (value,) if isinstance(value, type) else value
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Collection):
+        raise TypeError(f"activation_checkpointing={value!r}: {_AC_KINDS}")
+    found: tuple[type[torch.nn.Module], ...] = tuple(c for c in classes if isinstance(c, type))
+    if not found or len(found) != len(classes) or not all(issubclass(c, torch.nn.Module) for c in found):
+        raise TypeError(f"activation_checkpointing={value!r}: {_AC_KINDS}")
+    forwardless = [c.__name__ for c in found if c.forward is torch.nn.Module.forward]
+    if forwardless:
+        raise TypeError(
+            f"activation_checkpointing={value!r} names {', '.join(forwardless)}, which has no forward to recompute; "
+            "name the class of the blocks it holds instead"
+        )
+    return found
+
+
+_AC_KINDS = "pass a torch.nn.Module subclass or a collection of them (the model's block class, e.g. (Block,)), or None"
+
+
+class _CheckpointedForward:
+    """A module's ``forward``, run under ``torch.utils.checkpoint`` (non-reentrant): its activations are not kept,
+    the forward is run again during backward. Set as the instance's ``forward`` attribute, so FSDP2's hooks (on
+    ``__call__``) stay outside: the unit is all-gathered again by FSDP2's pre-backward hook before the recompute.
+    Holds the module (not a bound method) so that ``copy.deepcopy`` of the model copies it with the model."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(type(self.module).forward, self.module, *args, use_reentrant=False, **kwargs)
+
+
+def is_checkpointed(module: torch.nn.Module) -> bool:
+    """Whether ``activation_checkpointing`` applies to ``module``."""
+    return isinstance(vars(module).get("forward"), _CheckpointedForward)
+
+
+def apply_activation_checkpointing(model: torch.nn.Module, classes: tuple[type[torch.nn.Module], ...]) -> list[str]:
+    """Make each outermost instance of ``classes`` in ``model`` recompute its forward during backward; return their
+    qualified names (modules already checkpointed included). Idempotent.
+
+    Raises:
+        ValueError: ``model`` holds no instance of ``classes``.
+    """
+    if not classes:
+        return []
+    names: list[str] = []
+    for name, module in model.named_modules():
+        if any(name.startswith(f"{outer}.") or outer == "" for outer in names):
+            continue  # inside a checkpointed module: recomputed with it
+        if isinstance(module, classes):
+            if not is_checkpointed(module):
+                module.forward = _CheckpointedForward(module)  # type: ignore[method-assign]
+            names.append(name)
+    if not names:
+        held = sorted({type(m).__name__ for m in model.modules()})
+        raise ValueError(
+            f"activation_checkpointing=({', '.join(c.__name__ for c in classes)}) matches no module of "
+            f"{type(model).__name__}; its module classes are: {', '.join(held)}"
+        )
+    return names
+
+
+# -- requires_grad changes between steps (toggle_optimizer, freezing) --------------------------------------------------
+_WATCHED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
+def reshard_after_gradless_forward(model: torch.nn.Module) -> None:
+    """Reshard each FSDP2 unit of ``model`` right after a forward that no backward will follow.
+
+    FSDP2 registers the unsharded parameters on the module for a forward, and copies ``requires_grad`` from the
+    sharded parameters (those the optimizer holds, on which ``LightningModule.toggle_optimizer`` and freezing act)
+    only when it all-gathers them. It reshards in the post-backward hook, or after the forward for a unit that is not
+    its root. A root unit whose forward output needs no gradient (a generator run while its parameters are toggled
+    off, or under ``torch.no_grad``) is never resharded: its next forward reuses the unsharded parameters with the old
+    ``requires_grad``, and ``manual_backward`` fails with "element 0 of tensors does not require grad and does not
+    have a grad_fn" (or a module unfrozen later never gets gradients). Resharding after such a forward makes the next
+    forward all-gather again, with the current ``requires_grad``. A forward hook per unit, added once.
+    """
+    for module in model.modules():
+        if isinstance(module, FSDPModule) and module not in _WATCHED:
+            module.register_forward_hook(_reshard_if_no_backward)
+            _WATCHED.add(module)
+
+
+def _reshard_if_no_backward(module: torch.nn.Module, args: Any, output: Any) -> None:
+    import torch
+
+    if torch.is_grad_enabled() and _may_need_grad(output):
+        return  # FSDP2 reshards it after backward (or already did, after this forward)
+    module.reshard()  # type: ignore[operator]  # FSDPModule.reshard: a no-op when already sharded
+
+
+def _may_need_grad(output: Any) -> bool:
+    """Whether a backward may run through ``output``: a tensor that requires grad in it, or an object of a kind
+    this does not look into."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output.requires_grad
+    if output is None or isinstance(output, (int, float, bool, str)):
+        return False
+    if isinstance(output, (list, tuple)):
+        return any(_may_need_grad(item) for item in output)
+    if isinstance(output, Mapping):
+        return any(_may_need_grad(item) for item in output.values())
+    return True

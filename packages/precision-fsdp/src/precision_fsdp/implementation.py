@@ -188,6 +188,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         self._user_scaler = scaler is not None
         self._fsdp_version: Optional[FSDPVersion] = None
         self._fsdp1_root: Optional[torch.nn.Module] = None
+        self._whole_model: Optional[torch.nn.Module] = None  # set by FSDP2Strategy while configure_model runs
         self._warned_true = False
         self.scaler: Optional[GradScaler] = scaler  # type: ignore[assignment]
         if scaler is None and canonical == "16-mixed":
@@ -307,7 +308,11 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         Parameters and buffers not yet sharded are first cast to the storage dtype (fp32 for ``32-true`` and
         ``*-mixed``, fp16/bf16 for ``*-true``); ``mp_policy`` is :attr:`mixed_precision_policy`. Other keyword
         arguments go to torch's ``fully_shard``. Returns the sharded module. (Without a ``configure_model``,
-        :class:`~precision_fsdp.FSDP2Strategy` calls this for you by its wrap policy.)
+        :class:`~precision_fsdp.FSDP2Strategy` calls this for you by its wrap policy.) Under
+        :class:`~precision_fsdp.FSDP2Strategy`, the first call inside ``configure_model`` first runs
+        :meth:`prepare_for_sharding` on the whole LightningModule (``fp8-*`` conversion, ``keep_fp32`` names).
+        A module that is already sharded is returned as it is: Lightning calls ``configure_model`` again for
+        ``validate`` / ``test`` / ``predict`` after ``fit``, and the model keeps the units of its first sharding.
 
         Warns (``*-true``, once), like Lightning's: "FSDP with `16-true` enables computation in lower precision."
 
@@ -319,8 +324,12 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
                 "FSDPPrecision.fully_shard() sets mp_policy from the plugin's precision; do not pass one (choose "
                 "the precision and reduce_dtype on the plugin instead)"
             )
+        if isinstance(module, _compat.FSDPModule):
+            return module  # configure_model runs again for validate/test/predict after fit: sharded once, kept
         self._warn_true_precision()
         self._fsdp_version = 2
+        if self._whole_model is not None and self._whole_model is not module:
+            self.prepare_for_sharding(self._whole_model)  # names and first/last Linear relative to the whole model
         self._convert_fp8(module)
         if self._keep.active:
             for _name, kept, entry in self._keep.kept(module, skip=lambda m: isinstance(m, _compat.FSDPModule)):
@@ -351,9 +360,17 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
     def prepare_for_sharding(self, root: torch.nn.Module) -> None:
         """Before sharding ``root``'s parts one by one: match ``keep_fp32`` names against the whole model and
         (``fp8-*``) convert its Linear layers to float8. :class:`~precision_fsdp.FSDP2Strategy` calls it; a
-        ``configure_model`` that shards children separately calls it with ``self`` first."""
+        ``configure_model`` that shards children separately calls it with ``self`` first (under
+        :class:`~precision_fsdp.FSDP2Strategy` the first :meth:`fully_shard` call does it)."""
+        self._whole_model = None
         self._keep.mark(root)
         self._convert_fp8(root)
+
+    def expect_model(self, model: Optional[torch.nn.Module]) -> None:
+        """The whole model that the next :meth:`fully_shard` calls shard parts of (``None``: forget it).
+        :class:`~precision_fsdp.FSDP2Strategy` passes the LightningModule before ``configure_model`` runs, so that
+        the first :meth:`fully_shard` there calls :meth:`prepare_for_sharding` with it, and ``None`` after."""
+        self._whole_model = model
 
     def mark_keep_fp32(self, root: torch.nn.Module) -> None:
         """Match ``keep_fp32`` names against ``root`` (the whole model) before sharding its parts one by one, so a
@@ -431,8 +448,10 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         if self._fp8 and not float8.is_converted(module):
             raise float8.Float8UnavailableError(
                 f"{self.spec}: no Linear layer of the model was converted to float8 (converted: "
-                f"{self.fp8_converted or 'none'}). The plugin converts the first module it shards; when "
-                "configure_model shards sub-modules first, call "
+                f"{self.fp8_converted or 'none'}). The plugin converts the first module it shards (with "
+                "strategy='auto', the whole LightningModule, also when configure_model shards sub-modules through "
+                "self.trainer.precision_plugin.fully_shard); when configure_model calls torch's fully_shard itself, "
+                "or under another strategy (Lightning's ModelParallelStrategy), call "
                 "self.trainer.precision_plugin.prepare_for_sharding(self) before any fully_shard. Check fp8_filter "
                 "too: the defaults skip the first and last Linear and dimensions that are not multiples of 16."
             )
@@ -631,6 +650,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_fsdp1_root"] = None  # a live model does not travel with the plugin
+        state["_whole_model"] = None
         return state
 
     def __repr__(self) -> str:

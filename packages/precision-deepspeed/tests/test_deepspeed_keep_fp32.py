@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections import OrderedDict
+from typing import ClassVar
 
 import pytest
 import torch
@@ -98,3 +99,85 @@ def test_kept_modules_compute_in_fp32_under_the_plugins_autocast() -> None:
         "lm_head": torch.float32,
     }
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+# -- the default float32 rule: running-statistics layers, Hugging Face's declared float32 modules ---------------------
+class ConvNet(nn.Module):
+    """conv -> BatchNorm2d -> ReLU -> pool -> head; ``_keep_in_fp32_modules_strict`` as a transformers model has it."""
+
+    _keep_in_fp32_modules: ClassVar[list[str]] = []
+    _keep_in_fp32_modules_strict: ClassVar[list[str]] = ["head"]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = nn.BatchNorm2d(4)
+        self.pool = nn.Sequential(nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(self.norm(self.conv(x))))
+
+
+def _as_deepspeed_casts(model: nn.Module, dtype: torch.dtype) -> None:
+    """What ``deepspeed.initialize`` does in its native bf16/fp16 mode: parameters cast, buffers left as they are."""
+    for param in model.parameters():
+        param.data = param.data.to(dtype)
+
+
+def test_native_bf16_keeps_batchnorm_and_declared_modules_computing_in_fp32() -> None:
+    plugin = DeepSpeedPrecision("bf16-mixed")
+    model = plugin.convert_module(ConvNet())
+    _as_deepspeed_casts(model, torch.bfloat16)
+    seen: dict[str, tuple[torch.dtype, torch.dtype]] = {}
+    for name in ("conv", "norm", "head"):
+        getattr(model, name).register_forward_hook(
+            lambda m, a, out, name=name: seen.__setitem__(name, (a[0].dtype, out.dtype)), prepend=True
+        )
+    before = model.norm.running_mean.clone()
+    out = model(plugin.convert_input(torch.randn(2, 3, 6, 6)))
+    out.float().sum().backward()
+    assert seen == {
+        "conv": (torch.bfloat16, torch.bfloat16),
+        "norm": (torch.float32, torch.float32),  # computed in float32 (outputs cast back after this hook)
+        "head": (torch.float32, torch.float32),  # _keep_in_fp32_modules_strict = ["head"]
+    }
+    assert out.dtype == torch.bfloat16  # cast back for what follows
+    assert model.norm.weight.dtype == torch.bfloat16
+    assert model.norm.weight.grad is not None
+    assert model.norm.weight.grad.dtype == torch.bfloat16
+    assert model.norm.running_mean.dtype == torch.float32
+    assert not torch.equal(before, model.norm.running_mean)
+    notes = plugin.dtypes().notes
+    assert any(n.startswith("default: layers whose running statistics are float buffers") for n in notes)
+
+
+def test_native_bf16_without_the_default_rule_fails_as_reported() -> None:
+    plugin = DeepSpeedPrecision("bf16-mixed", keep_fp32_defaults=False)
+    model = plugin.convert_module(ConvNet())
+    _as_deepspeed_casts(model, torch.bfloat16)
+    with pytest.raises(RuntimeError, match="expected scalar type BFloat16 but found Float"):
+        model(plugin.convert_input(torch.randn(2, 3, 6, 6)))
+    assert not any(n.startswith("default:") for n in plugin.dtypes().notes)
+
+
+def test_no_default_rule_under_32_true_and_no_running_stats_rule_under_true() -> None:
+    assert not any(n.startswith("default:") for n in DeepSpeedPrecision("32-true").dtypes().notes)
+    true_notes = [n for n in DeepSpeedPrecision("bf16-true").dtypes().notes if n.startswith("default:")]
+    # -true casts the buffers too (BatchNorm runs in bf16 throughout); Hugging Face's declared modules stay kept
+    assert [n.split(";")[0] for n in true_notes] == [
+        "default: Hugging Face models' _keep_in_fp32_modules_strict (transformers applies _keep_in_fp32_modules for "
+        "float16 only) are kept float32, names relative to the model that declares them"
+    ]
+
+
+@needs_autocast
+def test_torch_autocast_keeps_batchnorm_with_autocast_off() -> None:
+    plugin = DeepSpeedPrecision("bf16-mixed", torch_autocast=True)
+    model = plugin.convert_module(ConvNet())
+    seen: dict[str, torch.dtype] = {}
+    model.norm.register_forward_hook(lambda m, a, out: seen.__setitem__("norm", out.dtype), prepend=True)
+    model.conv.register_forward_hook(lambda m, a, out: seen.__setitem__("conv", out.dtype), prepend=True)
+    with plugin.forward_context():
+        model(torch.randn(2, 3, 6, 6))
+    assert seen == {"conv": torch.bfloat16, "norm": torch.float32}

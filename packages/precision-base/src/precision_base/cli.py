@@ -6,9 +6,6 @@
 ``recommend`` prints the plugin name to train with on this machine, one line of reason per choice, the other names
 that run here and those ruled out (:mod:`precision_base.recommend`); it exits 1 when no installed backend can train.
 
-``recommend`` prints the plugin name to train with on this machine, one line of reason per choice, the other names
-that run here and those ruled out (:mod:`precision_base.recommend`); it exits 1 when no installed backend can train.
-
 Exit codes: 0 when every plugin is ``ok`` or ``disabled``; 1 when ``list`` or ``doctor`` finds a plugin in any
 other status (``doctor`` also for a name in ``PRECISION_PLUGINS_DISABLE`` that matches no backend, and for an info
 module or package ``__init__`` that imports torch, Lightning or DeepSpeed); 2 for bad input (``show``).
@@ -192,15 +189,6 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return 0 if result.spec else 1
 
 
-def cmd_recommend(args: argparse.Namespace) -> int:
-    """Print the plugin name :func:`precision_base.recommend.recommend` suggests for this machine (exit 1: none)."""
-    from precision_base.recommend import read_machine, recommend
-
-    result = recommend(read_machine())
-    print(json.dumps(result.as_dict(), indent=2) if args.json else result.render())
-    return 0 if result.spec else 1
-
-
 def _doctor_entry(entry: PluginEntry, check_imports: bool) -> dict[str, Any]:
     report: dict[str, Any] = {**_entry_dict(entry), "problems": []}
     if entry.status != "ok":
@@ -307,13 +295,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--option \"keep_fp32=('lm_head',)\"; repeatable",
     )
     p_show.set_defaults(func=cmd_show)
-    p_rec = sub.add_parser(
-        "recommend",
-        help="read this machine (CPU bfloat16/float16, CUDA compute capability, installed backends, torchao) and "
-        "print the plugin name to train with, why, and the names ruled out (exit 1 if none can train here)",
-    )
-    p_rec.add_argument("--json", action="store_true", help="print JSON")
-    p_rec.set_defaults(func=cmd_recommend)
     p_rec = sub.add_parser(
         "recommend",
         help="read this machine (CPU bfloat16/float16, CUDA compute capability, installed backends, torchao) and "

@@ -392,6 +392,26 @@ def engine_skipped_steps(engine: Any) -> int:
     return int(getattr(engine, "skipped_steps", 0))
 
 
+def optimizer_loss_scale(optimizer: Any) -> Optional[float]:
+    """The loss scale DeepSpeed's own optimizer (ZeRO, fp16) applies: its torch_autocast ``GradScaler``'s where it
+    has one, else its loss scaler's (``loss_scale_config.cur_scale``, or ``cur_scale`` in older releases)."""
+    scaler = getattr(optimizer, "torch_autocast_gradscaler", None)
+    if scaler is not None and hasattr(scaler, "get_scale"):
+        return float(scaler.get_scale())
+    config = getattr(optimizer, "loss_scale_config", None)
+    scale = getattr(config, "cur_scale", None) if config is not None else getattr(optimizer, "cur_scale", None)
+    return None if scale is None else float(scale)
+
+
+def optimizer_overflowed(optimizer: Any) -> bool:
+    """Whether DeepSpeed's fp16/bf16/ZeRO optimizer skipped its last ``step()`` for non-finite gradients: its
+    ``overflow`` attribute, which the engine itself reads to count ``skipped_steps`` (``False`` where absent).
+
+    Lightning Fabric steps this optimizer, not the engine, so ``engine.was_step_applied()`` is not updated there.
+    """
+    return bool(getattr(optimizer, "overflow", False))
+
+
 def is_min_loss_scale_error(exc: BaseException) -> bool:
     """Whether ``exc`` is DeepSpeed's "overflow at the lowest loss scale" exception (a plain ``Exception``)."""
     return type(exc) is Exception and str(exc).startswith(MIN_LOSS_SCALE_MESSAGE)

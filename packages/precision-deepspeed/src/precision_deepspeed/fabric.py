@@ -124,8 +124,9 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
 
     @override
     def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """``engine.step(**kwargs)`` (Fabric passes the engine as ``optimizer``), then the ``max_skipped_steps``
-        watch, as in the Trainer class.
+        """``optimizer.step(**kwargs)``, then the ``max_skipped_steps`` watch, as in the Trainer class. Fabric
+        passes the engine or DeepSpeed's own optimizer (Lightning 2.6 passes the ZeRO optimizer): a skipped step is
+        ``engine.was_step_applied()`` false for the one, the optimizer's overflow flag for the other.
 
         Raises:
             DeepSpeedPrecisionError: (fp16) a step overflowed again at the lowest loss scale; DeepSpeed's message
@@ -144,7 +145,10 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
                 f"{self.loss_scaling.min_loss_scale}: look for inf/NaN in the loss or the data, lower the learning "
                 "rate, or use 'deepspeed:bf16-mixed'."
             ) from exc
-        self._count_skipped_step(optimizer)
+        if hasattr(optimizer, "was_step_applied"):  # the engine
+            self._count_skipped_step(optimizer)
+        else:  # DeepSpeed's optimizer (what Fabric steps when it does not take the engine for an optimizer)
+            self._count_skipped_optimizer_step(optimizer)
         return result
 
 

@@ -39,6 +39,7 @@ import torch
 
 from precision_base import PrecisionPluginError
 from precision_base.keep_fp32 import KeepFP32, KeepSpec, install_fp32_forward, is_kept
+from precision_base.plugin_support import PRECISION_DTYPE_NAMES
 from precision_deepspeed import _compat
 
 #: DeepSpeed's default lower-precision-safe classes (its ``LOWER_PRECISION_SAFE_MODULES``), by import name.
@@ -55,15 +56,24 @@ def parse_keep_fp32(
     precision: str,
     torch_autocast: bool,
     safe_modules: Optional[Sequence[str]],
+    defaults: bool = True,
 ) -> KeepFP32:
     """Parse ``keep_fp32`` for a DeepSpeed plugin and check it can be honoured.
+
+    ``defaults`` (``keep_fp32_defaults``) turns on the shared default rules: running-statistics layers under
+    ``*-mixed``, Hugging Face's declared float32 modules under every fp16/bf16 precision (as the FSDP plugin).
 
     Raises:
         TypeError: an entry is neither a name pattern nor a ``torch.nn.Module`` subclass.
         KeepFP32Error: ``keep_fp32`` without ``torch_autocast=True``, or a kept class also named in
             ``autocast_lower_precision_safe_modules``.
     """
-    keep = KeepFP32(entries)
+    half = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(PRECISION_DTYPE_NAMES[precision])
+    keep = KeepFP32(
+        entries,
+        running_stats=defaults and precision.endswith("-mixed"),
+        hf_dtype=half if defaults else None,
+    )
     if not keep:
         return keep
     alternative = (

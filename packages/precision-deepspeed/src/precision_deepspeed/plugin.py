@@ -134,6 +134,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         autocast_lower_precision_safe_modules: Optional[Sequence[str]] = None,
         max_skipped_steps: Optional[int] = DEFAULT_MAX_SKIPPED_STEPS,
         keep_fp32: Union[KeepSpec, Iterable[KeepSpec], None] = None,
+        keep_fp32_defaults: bool = True,
     ) -> None:
         precision = self.canonical_precision(precision)
         watch = OverflowWatch(max_skipped_steps, DeepSpeedOverflowStormError)
@@ -169,6 +170,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
             precision=precision,
             torch_autocast=bool(torch_autocast),
             safe_modules=autocast_lower_precision_safe_modules,
+            defaults=bool(keep_fp32_defaults),
         )
         super().__init__(precision)  # type: ignore[call-arg]
         self.keep_fp32 = keep
@@ -258,6 +260,20 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
             native_fp16=not self.torch_autocast,
         )
 
+    def _default_keep_notes(self) -> tuple[str, ...]:
+        """The default float32 rules in effect and what DeepSpeed's mode does for the modules they keep."""
+        half = PRECISION_DTYPE_NAMES[self.precision]
+        if self.torch_autocast:
+            how = f"parameters float32 (as everywhere in this mode); reduction: {self._kept_reduction()}"
+        else:
+            buffers = "running statistics float32" if self.precision.endswith("-mixed") else f"buffers {half}"
+            how = (
+                f"DeepSpeed casts their parameters to {half} like all others (master float32 in the optimizer), and "
+                f"they compute in float32: inputs and each parameter cast to float32 inside the forward, {buffers}; "
+                f"outputs cast back to {half}; gradients reduced in {half}"
+            )
+        return tuple(f"default: {rule}; under DeepSpeed: {how}" for rule in self.keep_fp32.describe_defaults())
+
     # -- dtypes -----------------------------------------------------------------------------------------
     def dtypes(self) -> DtypeTable:
         """The dtype of parameters, compute, gradient reduction, buffers and inputs under this plugin."""
@@ -278,7 +294,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
                 ) + ((
                     f"keep_fp32 ({', '.join(self.keep_fp32.describe())}): float32 compute and outputs, autocast off "
                     f"inside; reduction: {self._kept_reduction()}",
-                ) if self.keep_fp32 else ()),
+                ) if self.keep_fp32 else ()) + self._default_keep_notes(),
             )  # fmt: skip
         true = self.precision.endswith("-true")
         buffers = half if true or not _compat.deepspeed_keeps_buffer_dtype() else "float32"
@@ -290,6 +306,7 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
                 f"copy ({'cast by convert_module' if true else 'cast by deepspeed.initialize'})",
                 "no torch.autocast: every op runs in the module's dtype (DeepSpeed's native "
                 + ("fp16 mode with dynamic loss scaling)" if half == "float16" else "bf16 mode)"),
+                *self._default_keep_notes(),
             ),
         )  # fmt: skip
 
@@ -297,15 +314,19 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
     @override
     def convert_module(self, module: Module) -> Module:
         """``*-true``: cast the module to the precision's dtype; otherwise return it unchanged (DeepSpeed casts it).
-        With ``keep_fp32``, kept modules get their float32 forward (autocast off, inputs cast to float32) first.
+        Kept modules (``keep_fp32``, and the default rules of ``keep_fp32_defaults``) get their float32 forward first:
+        autocast off and float32 inputs under ``torch_autocast``; in DeepSpeed's native mode also float32 copies of
+        their parameters inside the forward and outputs cast back to the precision's dtype
+        (:func:`precision_deepspeed.keep_fp32.install_fp32_compute`).
 
         Raises:
             precision_base.doors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
                 Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
         """
         check_caller(self)
-        if self.keep_fp32:
-            install_kept(self.keep_fp32, module, lambda: self.device_type)
+        if self.keep_fp32.active:
+            native = None if self.torch_autocast else precision_dtype(self.precision)
+            install_kept(self.keep_fp32, module, lambda: self.device_type, native)
         if self.precision.endswith("-true") and self.precision != "32-true":
             return module.to(dtype=precision_dtype(self.precision))
         return module
@@ -460,7 +481,8 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         engine = getattr(strategy, "model", None)
         if engine is None or not hasattr(engine, "step") or not hasattr(engine, "skipped_steps"):
             return {}
-        skipped = float(_compat.engine_skipped_steps(engine))
+        # Fabric steps DeepSpeed's optimizer, not the engine, whose count then stays 0: the watch counted them
+        skipped = float(max(_compat.engine_skipped_steps(engine), self._overflow.skipped_total))
         stats: dict[str, float] = {"skipped_steps": skipped, "nonfinite_grad_steps": skipped}
         if self.precision.startswith("16-"):
             scale = _compat.engine_loss_scale(engine)
@@ -483,6 +505,12 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
             return
         scale = _compat.engine_loss_scale(engine) if self.precision in HALF_PRECISIONS else None
         self._overflow.after_step(not engine.was_step_applied(), scale, self.spec)
+
+    def _count_skipped_optimizer_step(self, optimizer: Any) -> None:
+        """Like :meth:`_count_skipped_step`, for DeepSpeed's optimizer stepped on its own (Lightning Fabric steps the
+        engine's ZeRO/fp16 optimizer, not the engine): skipped when it flagged an overflow."""
+        scale = _compat.optimizer_loss_scale(optimizer) if self.precision in HALF_PRECISIONS else None
+        self._overflow.after_step(_compat.optimizer_overflowed(optimizer), scale, self.spec)
 
     @override
     def clip_gradients(
@@ -568,6 +596,12 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, _LightningDeepSpeedPrecision): 
             and/or ``torch.nn.Module`` classes) that compute in float32 with autocast off inside; see
             :mod:`precision_deepspeed.keep_fp32`. Refused without ``torch_autocast`` (DeepSpeed's native modes cast
             the whole module).
+        keep_fp32_defaults: also keep in float32, without naming them (the FSDP plugin's rule): under ``*-mixed``
+            every layer whose running statistics are float buffers (BatchNorm, SyncBatchNorm, InstanceNorm with
+            ``track_running_stats``), whose fp16/bf16 weight would otherwise meet float32 statistics ("expected
+            scalar type BFloat16 but found Float"), and Hugging Face models' ``_keep_in_fp32_modules`` (fp16) and
+            ``_keep_in_fp32_modules_strict`` (fp16 and bf16). In DeepSpeed's native mode they compute in float32
+            from float32 copies of their fp16/bf16 parameters. Default ``True``; ``dtypes()`` notes say which.
 
     Raises:
         ValueError: an unsupported ``precision``, fp16 knobs under a non-fp16 precision, ``torch_autocast`` under a

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from bench import discovery, index, memory, numerics, overhead, report
+from bench import discovery, index, memory, memory_real, numerics, overhead, report
 
 OVERHEAD = {overhead.name_of(b, m): (b, m) for m in ("mlp", "llama", "resnet") for b in ("fsdp", "deepspeed")}
-BENCHMARKS = (*OVERHEAD, "discovery", "memory", "numerics")
+OPTIONAL = tuple(n for n in ("audit",) if importlib.util.find_spec(f"bench.{n}"))  # bench/<name>.py with run()
+BENCHMARKS = (*OVERHEAD, "discovery", "memory", "memory-real", "numerics", *OPTIONAL)
 DOCS = report.ROOT / "docs" / "benchmarks"
 
 
@@ -41,10 +43,14 @@ def main(argv: list[str] | None = None) -> int:
             machine = report.machine_info()
             if name in OVERHEAD:
                 paths = overhead.run(args.quick, machine, out, *OVERHEAD[name])
+            elif name in OPTIONAL:
+                paths = importlib.import_module(f"bench.{name}").run(args.quick, machine, out)
             elif name == "discovery":
                 paths = discovery.run(args.quick, machine, out, args.cache)
             else:
-                paths = (memory if name == "memory" else numerics).run(args.quick, machine, out)
+                paths = {"memory": memory, "memory-real": memory_real, "numerics": numerics}[name].run(
+                    args.quick, machine, out
+                )
         except Exception:
             failed.append(name)
             traceback.print_exc()

@@ -66,3 +66,20 @@ def test_gpu_math() -> None:
     assert gpu_bench.flops_per_token(m) == 6.0 * (12 * 16 + 40) + 6.0 * 1 * 2 * 4
     assert gpu_bench.mfu(1000.0, m, 1.0, 1) == 1000.0 * gpu_bench.flops_per_token(m) / 1e12
     assert gpu_bench.mfu(1000.0, m, None, 1) is None
+
+
+def test_a_variant_that_failed_is_left_out_and_named(tmp_path: Path) -> None:
+    times = [[0.01 + 1e-4 * k for k in range(10)]] * 2
+    raw = {"wall": {"bf16-mixed|ours": times}, "cpu": {"bf16-mixed|ours": times},
+           "errors": {"bf16-mixed|builtin": "RuntimeError: expected scalar type BFloat16 but found Float"}}  # fmt: skip
+    results = overhead.analyse(raw, {"bf16-mixed": ["ours", "builtin", "hand"]})
+    assert list(results["bf16-mixed"]["wall"]["step_s"]) == ["ours"]
+    assert results["bf16-mixed"]["wall"]["ratios"] == {}
+    config = {"backend": "fsdp", "model": "resnet", "rounds": 2, "steps": 10}
+    data = {"quick": False, "machine": report.machine_info(), "config": config, "results": results,
+            "errors": raw["errors"], "findings": []}  # fmt: skip
+    report.write(tmp_path, "overhead-fsdp-resnet", "Overhead", "body", lambda plt: plt.subplots()[0], 0.0, **data)
+    index.write(tmp_path)
+    assert "| fsdp | resnet | bf16-mixed | 10.45 | - | - | - | - |" in (tmp_path / "index.md").read_text()
+    reading = (tmp_path / "analysis.md").read_text()
+    assert "no ours / built-in ratio: the built-in failed: `RuntimeError: expected scalar type BFloat16" in reading

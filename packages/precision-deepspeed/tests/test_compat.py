@@ -136,3 +136,36 @@ def test_private_instance_attributes_read_through_compat() -> None:
     assert _compat.config_formatted(DeepSpeedStrategy()) is False
     assert "_config_initialized" in vars(DeepSpeedStrategy())
     assert _compat.registry_init_params(StrategyRegistry, "deepspeed_stage_3") == {"stage": 3}
+
+
+def test_instance_attributes_the_fence_reads_exist() -> None:
+    """Instance attributes (not class symbols, so not in ``FENCED``) that ``_compat`` reads: torch's
+    ``Module._parameters`` table (``forward_with_fp32_parameters``), and the ZeRO stage 1/2 optimizer's ``overflow``
+    flag and torch_autocast ``GradScaler`` (``optimizer_overflowed``, ``optimizer_loss_scale``), set in its
+    ``__init__``."""
+    import inspect
+
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    layer = torch.nn.Linear(2, 2)
+    assert isinstance(layer._parameters, dict)
+    assert layer._parameters["weight"] is layer.weight
+    source = inspect.getsource(DeepSpeedZeroOptimizer)
+    for attribute in ("self.overflow = ", "self.torch_autocast_gradscaler = "):
+        assert attribute in source, f"DeepSpeedZeroOptimizer no longer sets {attribute.strip(' =')}"
+
+
+def test_forward_with_fp32_parameters_restores_the_parameters() -> None:
+    layer = torch.nn.Linear(3, 2).to(torch.bfloat16)
+    weight = layer.weight
+    _compat.forward_with_fp32_parameters(layer)
+    out = layer(torch.randn(4, 3))
+    assert out.dtype == torch.float32
+    assert layer.weight is weight
+    assert layer.weight.dtype == torch.bfloat16
+    out.sum().backward()
+    assert weight.grad is not None
+    assert weight.grad.dtype == torch.bfloat16
+    with pytest.raises(RuntimeError):
+        layer(torch.randn(4, 5))  # a failing forward
+    assert layer.weight is weight

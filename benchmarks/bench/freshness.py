@@ -3,10 +3,12 @@ torch or numpy).
 
 A result is current when (1) its ``schema`` is :data:`SCHEMA`, the version of the harness that writes results now,
 and (2) the commit it records (``machine.git_commit``) contains the last commit that changed the code it measures:
-the plugins' ``src/`` folders and the harness (:data:`MEASURED`; the page generators and this module are left out,
-they change no measured number). A result from a commit git does not know, or from a shallow clone, cannot be shown
-current and counts as a problem. GPU results (:data:`NEEDS_GPU`) are checked the same way, but a stale one is a
-warning, not a failure: no CI machine here can refresh it.
+the plugins' ``src/`` folders and the harness that ran it (:func:`measured`: ``benchmarks/bench/`` and
+``benchmarks/run.py`` for the CPU results, ``benchmarks/bench/`` and ``benchmarks/gpu_bench.py`` for the GPU one;
+the page generator and this module are left out, they change no measured number). A result from a commit git does
+not know, or from a shallow clone, cannot be shown current and counts as a problem. GPU results
+(:data:`NEEDS_GPU`) are checked the same way, but a stale one is a warning, not a failure: no CI machine here can
+refresh it.
 
     python benchmarks/bench/freshness.py [folder]    # exit 1 with one line per stale CPU result
 """
@@ -32,8 +34,17 @@ MEASURED = (
     ":(exclude)benchmarks/bench/index.py",
     ":(exclude)benchmarks/bench/freshness.py",
 )
-"""git pathspecs of the code a result measures."""
+"""git pathspecs of the code any result measures (each result: :func:`measured`)."""
 NEEDS_GPU = ("gpu",)
+
+
+def measured(benchmark: str) -> tuple[str, ...]:
+    """The pathspecs of the code ``benchmark`` measures: the CPU results do not run gpu_bench.py, the GPU one does
+    not run run.py."""
+    driver = "benchmarks/run.py" if benchmark in NEEDS_GPU else "benchmarks/gpu_bench.py"
+    return tuple(p for p in MEASURED if p != driver)
+
+
 REFRESH = "nox -s bench -- --update-docs"
 
 
@@ -58,15 +69,15 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
 
 
-def last_change(root: Path = ROOT) -> str:
-    """The full hash of the last commit that changed the measured code."""
-    proc = _git(root, "log", "-1", "--format=%H", "HEAD", "--", *MEASURED)
+def last_change(root: Path = ROOT, paths: tuple[str, ...] = MEASURED) -> str:
+    """The full hash of the last commit that changed the code at ``paths``."""
+    proc = _git(root, "log", "-1", "--format=%H", "HEAD", "--", *paths)
     if proc.returncode or not proc.stdout.strip():
         raise RuntimeError(f"git log found no commit changing the measured code in {root}: {proc.stderr.strip()}")
     return proc.stdout.strip()
 
 
-def check_result(path: Path, root: Path = ROOT, last: str | None = None) -> Problem | None:
+def check_result(path: Path, root: Path = ROOT) -> Problem | None:
     """The problem with one result file, or None when it is current."""
     data = json.loads(path.read_text(encoding="utf-8"))
     name = str(data.get("benchmark") or path.stem)
@@ -84,13 +95,14 @@ def check_result(path: Path, root: Path = ROOT, last: str | None = None) -> Prob
         )
     if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode:
         return Problem(name, f"its source commit {commit} is not in this repository's history", fatal)
-    last = last or last_change(root)
+    paths = measured(name)
+    last = last_change(root, paths)
     if _git(root, "merge-base", "--is-ancestor", last, commit).returncode:
-        behind = _git(root, "rev-list", "--count", f"{commit}..{last}", "--", *MEASURED).stdout.strip()
+        behind = _git(root, "rev-list", "--count", f"{commit}..{last}", "--", *paths).stdout.strip()
         return Problem(
             name,
             f"measured at commit {commit[:10]}, older than {last[:10]}, the last change to the code it measures "
-            f"({behind or '?'} commit(s) to {', '.join(p for p in MEASURED if not p.startswith(':'))} since)",
+            f"({behind or '?'} commit(s) to {', '.join(p for p in paths if not p.startswith(':'))} since)",
             fatal,
         )
     return None
@@ -98,9 +110,7 @@ def check_result(path: Path, root: Path = ROOT, last: str | None = None) -> Prob
 
 def check_folder(folder: Path, root: Path = ROOT) -> list[Problem]:
     """Every ``*.json`` result in ``folder`` that is not current."""
-    results = sorted(folder.glob("*.json"))
-    last = last_change(root) if results else None
-    return [p for r in results if (p := check_result(r, root, last)) is not None]
+    return [p for r in sorted(folder.glob("*.json")) if (p := check_result(r, root)) is not None]
 
 
 def main(argv: list[str] | None = None) -> int:

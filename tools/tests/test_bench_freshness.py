@@ -70,6 +70,9 @@ def test_a_result_older_than_the_measured_code_fails_with_the_refresh_command(re
     assert f"measured at commit {measured_at[:10]}, older than {last[:10]}" in str(problem)
     assert "1 commit(s) to" in str(problem)
     assert str(problem).endswith("refresh: nox -s bench -- --update-docs --only overhead-fsdp")
+    _commit(repo, "benchmarks/gpu_bench.py", "the GPU driver\n")  # not run by a CPU result
+    assert "0 commit(s) to" not in str(freshness.check_result(_result(repo / "docs", "overhead-fsdp", last), repo))
+    assert freshness.check_result(_result(repo / "docs", "overhead-fsdp", last), repo) is None
     _commit(repo, "benchmarks/bench/runs.py", "harness\n")  # the harness counts too
     assert "1 commit(s) to" in str(freshness.check_result(_result(repo / "docs", "overhead-fsdp", last), repo))
 
@@ -106,5 +109,6 @@ def test_this_repository_with_a_result_from_its_first_commit_fails(tmp_path: Pat
     first = _git(ROOT, "rev-list", "--max-parents=0", "HEAD").splitlines()[0]
     problems = freshness.check_folder(_result(tmp_path, "overhead-deepspeed", first).parent, ROOT)
     assert [p.fatal for p in problems] == [True]
-    assert f"measured at commit {first[:10]}, older than {freshness.last_change(ROOT)[:10]}" in str(problems[0])
+    last = freshness.last_change(ROOT, freshness.measured("overhead-deepspeed"))
+    assert f"measured at commit {first[:10]}, older than {last[:10]}" in str(problems[0])
     assert freshness.main([str(tmp_path)]) == 1

@@ -23,12 +23,14 @@ HERE = Path(__file__).resolve()
 
 def test_arguments_and_plan() -> None:
     args = gpu_bench.parse([])
-    assert (args.sections, args.setups, args.rounds) == (list(gpu_bench.SECTIONS), list(gpu_bench.SETUPS), 2)
+    assert (args.sections, args.setups, args.rounds) == (list(gpu_bench.SECTIONS), list(gpu_bench.SETUPS), 1)
     p = gpu_bench.plan(args)
     per_round = sum(len(gpu_bench.precisions_for(s, True)) for s in gpu_bench.SETUPS) * len(gpu_bench.VARIANTS)
     assert per_round == (5 + 5 + 3 + 3) * 2
-    assert len(p["fits"]) == 2 * per_round
-    assert {f["setup"] for f in p["fits"]} == {"fsdp1", "fsdp2", "zero2", "zero3"}
+    assert len(p["fits"]) == per_round
+    assert len(gpu_bench.plan(gpu_bench.parse(["--rounds", "2"]))["fits"]) == 2 * per_round
+    first = [(f["setup"], f["precision"]) for f in p["fits"][:8:2]]  # bf16-mixed on every setup first
+    assert first == [("fsdp1", "bf16-mixed"), ("fsdp2", "bf16-mixed"), ("zero2", "bf16-mixed"), ("zero3", "bf16-mixed")]
     assert [(f["spec"], f["compile"]) for f in p["fp8"]][:3] == [(s, False) for s in gpu_bench.FP8_SPECS]
     assert sum(p["budget_s"].values()) == pytest.approx(args.budget_s)
     no_bf16 = gpu_bench.plan(args, bf16=False)
@@ -49,6 +51,7 @@ def test_dry_run_prints_the_plan_without_a_gpu(capsys: pytest.CaptureFixture[str
     assert gpu_bench.main(["--dry-run", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("gpu_bench plan: 32 fits (setups fsdp1, fsdp2, zero2, zero3; 1 round(s);")
+    assert out.splitlines()[1].startswith("  fit  fsdp1  bf16-mixed")
     assert "  fit  zero3  bf16-mixed" in out
     assert "  fp8  fsdp:fp8-rowwise     compile on" in out
 

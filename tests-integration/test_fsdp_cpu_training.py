@@ -168,7 +168,8 @@ def test_front_page_line_in_two_processes_shards_without_configure_model(doors: 
     run = doors("bare2")[f"bare-{precision}"]
     _trained(run)
     assert (run["strategy"], run["world_size"]) == ("FSDP2Strategy", 2)
-    assert run["units"] == ["<root>", "blocks", "embed", "head"], "each direct child with parameters, then the root"
+    # the default blocks (the Sequential's two Block children), each other direct child, then the root
+    assert run["units"] == ["<root>", "blocks", "blocks.0", "blocks.1", "embed", "head"]
     assert run["all_dtensor"], "every parameter is sharded"
     assert run["param_dtypes"] == ["torch.float32"]
     assert run["compute"] == [f"torch.{DTYPE[precision]}"]
@@ -250,7 +251,7 @@ def test_front_page_line_through_the_pytorch_lightning_door(doors: DoorRuns) -> 
     _trained(run)
     assert (run["strategy"], run["world_size"]) == ("FSDP2Strategy", 2)
     assert run["strategy_module"].startswith("precision_base.namespaces.pytorch_lightning.")
-    assert run["units"] == ["<root>", "blocks", "embed", "head"]
+    assert run["units"] == ["<root>", "blocks", "blocks.0", "blocks.1", "embed", "head"]
     assert run["compute"] == ["torch.bfloat16"]
     assert run["throughput_dtype"] == ["torch.bfloat16"]
 

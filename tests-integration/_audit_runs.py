@@ -128,3 +128,51 @@ def fits(args: dict[str, Any]) -> dict[str, Any] | None:
     torch.set_num_threads(1)
     out = {run["label"]: (_fabric_one if run.get("door") == "fabric" else _fit_one)(run) for run in args["runs"]}
     return out if torch.distributed.get_rank() == 0 else None
+
+
+DOCS_JSON = "docs/audit.json"
+"""What the docs page "Precision audit" shows (``gen:audit`` in ``tools/docs_hooks.py``), written by this file's
+``main``: ``python tests-integration/_audit_runs.py`` (from the repository root) runs the fits and rewrites it."""
+
+
+def main() -> None:
+    """Run FSDP2 ``fsdp:bf16-mixed``, the lying-reduction plugin and DeepSpeed ``deepspeed:bf16-mixed`` in real
+    2-process fits and write their reports to :data:`DOCS_JSON`."""
+    import json
+    import platform
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import deepspeed
+    import lightning
+
+    from precision_base.testing.launch import run_ranks
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _deepspeed_helpers import extensions_dir
+
+    here = Path(__file__).resolve()
+    env = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": extensions_dir(),
+           "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}  # fmt: skip
+    launches = [
+        [{"label": "fsdp:bf16-mixed", "spec": "fsdp:bf16-mixed"}, {"label": "mismatch", "liar": "liar-reduction"}],
+        [{"label": "deepspeed:bf16-mixed", "spec": "deepspeed:bf16-mixed"}],
+    ]
+    reports: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for runs in launches:
+            reports |= run_ranks(f"{here}:fits", {"runs": runs}, world=2, threads=1, timeout=900, cwd=tmp, env=env)
+    versions = (f"Python {platform.python_version()}, torch {torch.__version__}, lightning {lightning.__version__}, "
+                f"deepspeed {deepspeed.__version__}")  # fmt: skip
+    data = {
+        "meta": {"command": "python tests-integration/_audit_runs.py", "versions": versions},
+        "reports": {label: {k: r[k] for k in ("report", "text", "error")} for label, r in reports.items()},
+    }
+    target = here.parents[1] / DOCS_JSON
+    target.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -747,6 +747,58 @@ def gen_file(path: str | None) -> str:
     return _fence(target.read_text(encoding="utf-8").rstrip("\n"), lang)
 
 
+# ---- the model zoo (docs/zoo.json, merged from the zoo's run by tests-integration/zoo/zoo_cases.py) ----
+ZOO_GROUPS = {
+    "fit": ("fit",),
+    "same Trainer": ("validate", "test", "predict"),
+    "fresh Trainer": ("fresh_validate", "fresh_test", "fresh_predict"),
+    "from ckpt_path": ("ckpt_validate", "ckpt_test", "ckpt_predict"),
+    "resume": ("resume",),
+    "export": ("export",),
+    "evaluate": ("evaluate",),
+}
+
+
+def _zoo_cell(steps: dict[str, Any], names: tuple[str, ...], notes: dict[str, int]) -> str:
+    """``passed``, or each step that did not pass with its status and a footnote (one per distinct error)."""
+    ran = [n for n in names if n in steps]
+    if not ran:
+        return "-"
+    words = []
+    for n in ran:
+        if steps[n]["status"] != "passed":
+            error = " ".join(steps[n].get("error", "").split())[:600]  # one line: logs carry \r and \n
+            note = notes.setdefault(_md_escape(error), len(notes) + 1)
+            words.append(f"{steps[n]['status']} ({n.split('_')[-1]}) [^{note}]")
+    return ", ".join(words) or "passed"
+
+
+def gen_zoo(_: str | None) -> str:
+    """The zoo's results (``docs/zoo.json``): a row per architecture, spec, strategy and door; a column per
+    lifecycle step; what failed or was refused, verbatim, in footnotes."""
+    data = json.loads((ROOT / "docs" / "zoo.json").read_text(encoding="utf-8"))
+    cases, meta = data["cases"], data.get("meta", {})
+    passed = sum(all(s["status"] == "passed" for s in c["steps"].values()) for c in cases)
+    out = [f"**{passed} of {len(cases)} cases passed every step** on {meta.get('date', '?')} "
+           f"({_md_escape(meta.get('versions', ''))}).\n"]  # fmt: skip
+    notes: dict[str, int] = {}
+    for door in ("trainer", "fabric"):
+        mine = [c for c in cases if c["case"]["door"] == door]
+        if not mine:
+            continue
+        groups = [g for g in ZOO_GROUPS if any(n in c["steps"] for c in mine for n in ZOO_GROUPS[g])]
+        out.append(f"## {'Trainer' if door == 'trainer' else 'Fabric'}\n")
+        lines = ["| architecture | spec | strategy | " + " | ".join(groups) + " |", "|" + "---|" * (len(groups) + 3)]
+        for c in sorted(mine, key=lambda c: (c["case"]["arch"], c["case"]["spec"], c["case"]["strategy"])):
+            cells = [_zoo_cell(c["steps"], ZOO_GROUPS[g], notes) for g in groups]
+            lines.append(f"| {c['case']['arch']} | `{c['case']['spec']}` | {c['case']['strategy']} | "
+                         + " | ".join(cells) + " |")  # fmt: skip
+        out.append("\n".join(lines) + "\n")
+    out.append(f"Reproduce:\n\n```console\n$ {meta.get('command', 'nox -s zoo -- --update-docs')}\n```\n")
+    out += [f"[^{i}]: {note}" for note, i in notes.items()]
+    return "\n".join(out)
+
+
 def gen_audit(which: str | None) -> str:
     """A real audit from ``docs/audit.json`` (written by ``python tests-integration/_audit_runs.py`` from 2-process
     fits): ``report`` / ``deepspeed`` the reports of ``fsdp:bf16-mixed`` / ``deepspeed:bf16-mixed``, ``mismatch``
@@ -766,6 +818,7 @@ def gen_audit(which: str | None) -> str:
 
 GENERATORS: dict[str, Callable[[str | None], str]] = {
     "audit": gen_audit,
+    "zoo": gen_zoo,
     "grammar": gen_grammar,
     "spec-errors": gen_spec_errors,
     "registry-errors": gen_registry_errors,

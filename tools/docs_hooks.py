@@ -456,7 +456,10 @@ def gen_compatibility(_: str | None) -> str:
             if cell["requested"].get("variant") == "lowest":
                 versions = (cell.get("installed") or {}).get("versions", {})
                 floors = ", ".join(f"{AXIS_TITLES[k]} {versions[k]}" for k in AXIS_TITLES if versions.get(k))
-                out.append(f"Lowest versions the metadata allows ({floors}): {_result(cell, notes)}.\n")
+                out.append(  # what the lowest cell really installed: precision-base declares no torch floor
+                    f"The `lowest` cell (each direct dependency at the floor its metadata declares, "
+                    f"`uv --resolution lowest-direct`) installed {floors}: {_result(cell, notes)}.\n"
+                )
         exact = sorted(
             {
                 f"{AXIS_TITLES.get(k, k)} {v}"

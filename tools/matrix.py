@@ -114,6 +114,16 @@ def lowest_torch_constraint(pkg: Package, matrix: dict[str, Any], env: dict[str,
     return f"torch=={floor}+cpu" if cpu_torch_index(env) else f"torch=={floor}"
 
 
+def excluded_notes(matrix: dict[str, Any]) -> list[str]:
+    """One sentence per ``[[exclude]]`` rule and ``[left_out] notes`` line: ``python 3.11, torch 2.4: <reason>``
+    (axis and version in words, never a Python dict)."""
+    rules = [
+        ", ".join(f"{axis} {value}" for axis, value in r["match"].items()) + f": {r['reason']}"
+        for r in matrix.get("exclude", [])
+    ]
+    return rules + list(matrix.get("left_out", {}).get("notes", []))
+
+
 def environment(cell: Cell, matrix: dict[str, Any]) -> dict[str, str]:
     """Environment variables the cell's axis values ask for (``env = {...}`` in ``tools/matrix.toml``)."""
     env: dict[str, str] = {}
@@ -262,8 +272,7 @@ def table(update_docs: bool = False, merge: bool = False, reports: Path = REPORT
         "duration_min": round((max(ended) - min(started)) / 60, 1) if started else None,
         "cell_min": round(sum(float(c["duration_s"]) for c in results if "duration_s" in c) / 60, 1),
         "cells_run": f"{len(results)} cells reported; {listed} are defined",
-        "excluded": [f"{r['match']}: {r['reason']}" for r in matrix.get("exclude", [])]
-        + list(matrix.get("left_out", {}).get("notes", [])),
+        "excluded": excluded_notes(matrix),
         "command": "nox -t matrix; nox -s compat_table -- --update-docs" + (" --merge" if merge else ""),
     }
     md = DOCS_TABLE if update_docs else out / "compatibility.md"

@@ -209,3 +209,15 @@ def test_lowest_sessions_ask_for_cpu_torch_where_the_cpu_index_is_configured(tmp
     assert resolve("-c", str(tmp_path / "c.txt")) == line  # what the lowest session asks for
     base = matrix.lowest_torch_constraint(find("precision-base"), real, env)
     assert base == matrix.ci_requirement("torch", real)  # no torch floor of its own: the CI cell's torch
+
+
+def test_excluded_cells_are_said_in_words_never_as_a_python_dict() -> None:
+    """Issue 21: the compatibility page printed `{'python': '3.11', 'torch': '2.4'}: ...`."""
+    from tools.packages import ROOT
+
+    notes = matrix.excluded_notes(matrix.load(ROOT / "tools" / "matrix.toml"))
+    assert notes
+    assert not [n for n in notes if "{" in n or "'" in n.split(":")[0]]
+    assert "python 3.11, torch 2.4: torch 2.4 runs in the floor cells (Python 3.10) and the lowest cells" in notes
+    page = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    assert "{'" not in page

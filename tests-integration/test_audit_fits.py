@@ -80,7 +80,8 @@ def test_fsdp2_fits_pass_the_strict_audit_and_a_lying_table_fails_it(tmp_path: P
     assert [(r["expected"], r["observed"]) for r in kept] == [("float32", "float32")], results["keep"]["text"]
     scale = _rows(results["16-mixed"], "loss scale") if "16-mixed" in results else []
     if scale:
-        assert scale[0]["observed"] == "65536" and scale[0]["ok"], results["16-mixed"]["text"]
+        assert scale[0]["observed"] == "65536", results["16-mixed"]["text"]
+        assert scale[0]["ok"], results["16-mixed"]["text"]
 
     liar = results["liar"]
     assert liar["error"] is not None, "strict mode must fail the run"

@@ -144,7 +144,9 @@ def test_bf16_compute_declared_without_autocast_is_caught() -> None:
     (warning,) = [w for w in caught if issubclass(w.category, PrecisionAuditWarning)]
     message = str(warning.message)
     assert message.startswith("The precision that ran differs from no-autocast:bf16-mixed's dtypes() table:")
-    assert "compute" in message and "MISMATCH" in message and "buffers" not in message, "only the rows that differ"
+    assert "compute" in message
+    assert "MISMATCH" in message
+    assert "buffers" not in message, "only the rows that differ"
 
 
 def test_buffers_declared_float32_but_cast_is_caught_and_strict_fails_the_run() -> None:
@@ -185,7 +187,8 @@ def test_every_hook_is_removed_after_the_audited_steps(dummy: None) -> None:
     )  # fmt: skip
     model = TinyRegressor(hidden=16, optimizer="adamw")
     trainer.fit(model)
-    assert seen[0] > 0 and seen[1:] == [0, 0], seen
+    assert seen[0] > 0, seen
+    assert seen[1:] == [0, 0], seen
     optimizer = trainer.optimizers[0]
     assert not optimizer._optimizer_step_pre_hooks
     assert not optimizer._optimizer_step_post_hooks

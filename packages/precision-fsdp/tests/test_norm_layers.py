@@ -178,3 +178,38 @@ def test_a_batchnorm_sharded_without_the_plugin_is_named_in_a_warning() -> None:
         "Half), shard through trainer.precision_plugin.fully_shard(...) after "
         "trainer.precision_plugin.mark_keep_fp32(self), or leave sharding to strategy='auto' (FSDP2Strategy)."
     ]
+
+
+@needs_fsdp2
+def test_one_rank_t5_wo_computes_in_float32_under_16_mixed() -> None:
+    """T5 declares ``_keep_in_fp32_modules = ["wo"]``: sharded as ``FSDP2Strategy`` does (whole model marked first,
+    then its default units), each ``wo`` computes with a float32 weight on float32 inputs, ``wi`` in float16."""
+    transformers = pytest.importorskip("transformers")
+    from precision_fsdp.sharding import units_for_lightning
+
+    config = transformers.T5Config(
+        vocab_size=64, d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0
+    )
+    holder = nn.Module()
+    holder.net = transformers.T5ForConditionalGeneration(config)
+    seen: dict[str, set[tuple[torch.dtype, torch.dtype]]] = {"wo": set(), "wi": set()}
+    for name, module in holder.net.named_modules():
+        kind = name.rpartition(".")[2]
+        if kind in seen:
+
+            def record(m: nn.Module, args: Any, out: torch.Tensor, kind: str = kind) -> None:
+                seen[kind].add((m.weight.dtype, args[0].dtype))
+
+            module.register_forward_hook(record, prepend=True)
+    with process_group():
+        plugin = FSDPPrecision("16-mixed")
+        plugin.prepare_for_sharding(holder)
+        for unit in units_for_lightning(holder):
+            plugin.fully_shard(unit)
+        plugin.fully_shard(holder)
+        ids = torch.randint(1, 64, (2, 6))
+        with plugin.forward_context():
+            loss = holder.net(input_ids=ids, labels=ids).loss
+        loss.backward()
+    assert torch.isfinite(loss)
+    assert seen == {"wo": {(torch.float32, torch.float32)}, "wi": {(torch.float16, torch.float16)}}

@@ -130,7 +130,8 @@ def run(quick: bool, machine: dict[str, Any], out: Path) -> list[Path]:
     )
 
     def plot(plt: Any) -> Any:
-        fig, axes = plt.subplots(1, len(BACKENDS), figsize=(8, 4), sharey=False)
+        fig, grid = plt.subplots(1, len(BACKENDS), figsize=(8, 4), squeeze=False)
+        axes = list(grid[0])
         for ax, backend in zip(axes, BACKENDS, strict=True):
             for variant, style in (("audit", "-o"), ("plain", "--s")):
                 for i, times in enumerate(raw[backend][variant]):

@@ -84,7 +84,8 @@ class Runs:
             )  # fmt: skip
         except LaunchError as exc:  # a rank crashed or hung: every step of the case failed with that
             steps = TRAINER_STEPS if case.door == "trainer" else FABRIC_STEPS
-            error = str(exc)[-3000:]
+            text = str(exc)
+            error = text.splitlines()[0] + "\n...\n" + text[-2500:]  # the first line says which rank exited how
             record = {"case": case.args("")} | {"steps": {s: {"status": "failed", "error": error} for s in steps}}
             record["case"].pop("root")
         (_results_dir() / f"{case.id}.json").write_text(json.dumps(record, indent=1, sort_keys=True))

@@ -55,19 +55,20 @@ def full() -> list[Case]:
     cases += [Case("litgpt", f"{b}:{p}", door="fabric") for b, ps in SPECS.items() for p in ps]
     for precision in ("16-mixed", "32-true", "bf16-true", "16-true"):
         cases += default(precision)
-    return cases
+    return cases + [c for c in CI_SLICE if c not in cases]  # the CI slice is part of the nightly zoo
 
 
 CI_SLICE = [
-    # every architecture once, every precision of each backend once, both backends, both doors, both strategies
+    # every architecture, every precision of each backend, both backends, both doors, both strategies, at least once
     Case("llama", "fsdp:bf16-mixed"),
-    Case("mixtral", "deepspeed:bf16-mixed"),
+    Case("mixtral", "fsdp:16-true"),
     Case("bert", "fsdp:32-true", strategy="user"),
     Case("t5", "deepspeed:32-true", strategy="user"),
+    Case("resnet", "fsdp:16-mixed"),
     Case("resnet", "deepspeed:bf16-true"),
     Case("vit", "fsdp:bf16-true"),
-    Case("litgpt", "fsdp:16-mixed", door="fabric"),
-    Case("litgpt", "fsdp:16-true", door="fabric"),
+    Case("litgpt", "deepspeed:bf16-mixed"),
+    Case("litgpt", "deepspeed:bf16-true", door="fabric"),
 ]
 """The CI slice: only cases that pass today (the full zoo keeps the others, failing, until they are fixed)."""
 
@@ -95,7 +96,7 @@ def merge(results: Path, out: Path) -> None:
     meta = {
         "date": datetime.date.today().isoformat(),
         "versions": ", ".join(f"{n} {metadata.version(n)}" for n in names),
-        "command": "nox -s zoo -- --update-docs (nox -s zoo_slice -- --update-docs: the CI slice's cases only)",
+        "command": "nox -s zoo -- --update-docs",
     }
     out.write_text(json.dumps({"meta": meta, "cases": [cases[k] for k in sorted(cases)]}, indent=1) + "\n")
     print(f"{len(fresh)} cases run, {len(cases)} in {out}")

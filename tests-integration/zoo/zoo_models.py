@@ -236,7 +236,10 @@ class ZooModule(pl.LightningModule):
         return logits.argmax(-1)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=self.lr)
+        # float16 parameters (16-true): AdamW's default eps=1e-8 is below float16's smallest subnormal (6e-8) and
+        # rounds to 0, so a zero second moment divides by zero (seen: mixtral fsdp:16-true, loss NaN from step 2)
+        half = any(p.dtype == torch.float16 for p in self.parameters())
+        return torch.optim.AdamW(self.parameters(), lr=self.lr, eps=1e-4 if half else 1e-8)
 
     def _loader(self) -> DataLoader[dict[str, torch.Tensor]]:
         return DataLoader(ZooData(self.kind), batch_size=BATCH, shuffle=False)

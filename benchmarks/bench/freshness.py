@@ -3,9 +3,9 @@ torch or numpy).
 
 A result is current when (1) its ``schema`` is :data:`SCHEMA`, the version of the harness that writes results now,
 and (2) the commit it records (``machine.git_commit``) contains the last commit that changed the code it measures:
-the plugins' ``src/`` folders and the harness that ran it (:func:`measured`: ``benchmarks/bench/`` and
-``benchmarks/run.py`` for the CPU results, ``benchmarks/bench/`` and ``benchmarks/gpu_bench.py`` for the GPU one;
-the page generator and this module are left out, they change no measured number). A result from a commit git does
+the plugins' ``src/`` folders and the harness that ran it (:func:`measured`: the shared harness modules, the
+benchmark's own module and its driver, ``benchmarks/run.py`` or ``benchmarks/gpu_bench.py``; the page generator and
+this module are left out, they change no measured number). A result from a commit git does
 not know, or from a shallow clone, cannot be shown current and counts as a problem. GPU results
 (:data:`NEEDS_GPU`) are checked the same way, but a stale one is a warning, not a failure: no CI machine here can
 refresh it.
@@ -38,11 +38,31 @@ MEASURED = (
 NEEDS_GPU = ("gpu",)
 
 
+SHARED = (
+    "packages/precision-base/src",
+    "packages/precision-fsdp/src",
+    "packages/precision-deepspeed/src",
+    "benchmarks/bench/__init__.py",
+    "benchmarks/bench/report.py",
+    "benchmarks/bench/runs.py",
+    "benchmarks/bench/models.py",
+)
+"""What every benchmark runs: the plugins and the shared harness (statistics and output, training runs, models)."""
+OWN = {"memory": ("memory.py",), "memory-real": ("memory_real.py", "memory.py"), "numerics": ("numerics.py",),
+       "discovery": ("discovery.py",), "audit": ("audit.py",)}  # fmt: skip
+"""Each benchmark's own modules under benchmarks/bench/ (``overhead-*``: overhead.py)."""
+
+
 def measured(benchmark: str) -> tuple[str, ...]:
-    """The pathspecs of the code ``benchmark`` measures: the CPU results do not run gpu_bench.py, the GPU one does
-    not run run.py."""
-    driver = "benchmarks/run.py" if benchmark in NEEDS_GPU else "benchmarks/gpu_bench.py"
-    return tuple(p for p in MEASURED if p != driver)
+    """The pathspecs of the code ``benchmark`` measures: :data:`SHARED`, its own modules and its driver
+    (``benchmarks/run.py``, or ``benchmarks/gpu_bench.py`` for the GPU result); for a benchmark not listed, every
+    module under ``benchmarks/bench/`` but the page generator and this module."""
+    if benchmark in NEEDS_GPU:
+        return (*SHARED, "benchmarks/gpu_bench.py")
+    own = ("overhead.py",) if benchmark.startswith("overhead-") else OWN.get(benchmark)
+    if own is None:
+        return (*(p for p in MEASURED if p != "benchmarks/gpu_bench.py"),)
+    return (*SHARED, *(f"benchmarks/bench/{m}" for m in own), "benchmarks/run.py")
 
 
 REFRESH = "nox -s bench -- --update-docs"

@@ -71,10 +71,16 @@ def test_a_result_older_than_the_measured_code_fails_with_the_refresh_command(re
     assert "1 commit(s) to" in str(problem)
     assert str(problem).endswith("refresh: nox -s bench -- --update-docs --only overhead-fsdp")
     _commit(repo, "benchmarks/gpu_bench.py", "the GPU driver\n")  # not run by a CPU result
+    _commit(repo, "benchmarks/bench/audit.py", "another benchmark\n")  # not run by this one
     assert "0 commit(s) to" not in str(freshness.check_result(_result(repo / "docs", "overhead-fsdp", last), repo))
     assert freshness.check_result(_result(repo / "docs", "overhead-fsdp", last), repo) is None
-    _commit(repo, "benchmarks/bench/runs.py", "harness\n")  # the harness counts too
+    _commit(repo, "benchmarks/bench/runs.py", "harness\n")  # the shared harness counts too
     assert "1 commit(s) to" in str(freshness.check_result(_result(repo / "docs", "overhead-fsdp", last), repo))
+    assert "2 commit(s) to" in str(freshness.check_result(_result(repo / "docs", "audit", last), repo))  # audit.py too
+    at_runs = _git(repo, "rev-parse", "HEAD")
+    _commit(repo, "benchmarks/bench/overhead.py", "its own module\n")
+    assert freshness.check_result(_result(repo / "docs", "memory", at_runs), repo) is None
+    assert "1 commit(s) to" in str(freshness.check_result(_result(repo / "docs", "overhead-fsdp", at_runs), repo))
 
 
 def test_an_old_schema_fails(repo: Path) -> None:

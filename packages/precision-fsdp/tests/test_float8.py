@@ -21,7 +21,11 @@ from precision_fsdp.float8 import Float8UnavailableError
 def test_names_are_declared_and_reachable() -> None:
     entry = precision_base.get_entry("fsdp")
     assert entry.info is not None
-    assert entry.info.extra_precisions == (("fp8-tensorwise", "bf16-mixed"), ("fp8-rowwise", "bf16-mixed"))
+    assert entry.info.extra_precisions == (
+        ("fp8-tensorwise", "bf16-mixed"),
+        ("fp8-rowwise", "bf16-mixed"),
+        ("mxfp8-rceil", "bf16-mixed"),  # issue 23
+    )
     plugin = precision_base.resolve("fsdp:fp8-rowwise")
     assert plugin.precision == "fp8-rowwise"
     assert plugin.dtypes() == precision_base.resolve("fsdp:bf16-mixed").dtypes(), "the rest follows bf16-mixed"

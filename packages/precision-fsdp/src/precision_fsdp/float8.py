@@ -1,4 +1,4 @@
-"""FP8 training by name: ``fsdp:fp8-tensorwise`` and ``fsdp:fp8-rowwise`` (torchao's float8 training recipes).
+"""FP8 training by name: ``fsdp:fp8-tensorwise``, ``fsdp:fp8-rowwise`` and ``fsdp:mxfp8-rceil`` (torchao's recipes).
 
 The model's ``torch.nn.Linear`` layers are swapped for torchao's ``Float8Linear`` (``convert_to_float8_training``):
 their matmuls take float8 (e4m3) inputs and weights with dynamic scales; everything else runs under ``bf16-mixed``
@@ -15,6 +15,18 @@ torchao is an optional dependency (``pip install "precision-fsdp[fp8]"``); this 
 is converted. Without a GPU that has FP8 (CUDA compute capability 8.9 or newer, the check torchao uses) the
 precisions are refused, unless ``fp8_emulate=True`` asks for torchao's emulation: a test device that runs the same
 code path in higher precision, slowly, and is meant for CPU tests, not for training.
+
+``mxfp8-rceil`` is torchao's MXFP8 recipe (float8 e4m3 with one power-of-two e8m0 scale per 32 elements, scales
+rounded up: torchao's ``MXFP8TrainingRecipe.MXFP8_RCEIL``). It exists only on torchao's weight-wrapper API
+(``quantize_`` with ``MXFP8TrainingOpConfig``), needs compute capability 10.0 (Blackwell) and both Linear dimensions
+and the number of tokens per step multiples of 32; ``fp8_emulate=True`` runs torchao's emulated MXFP8 recipe
+(``MXFP8_EMULATED_RCEIL``, pure PyTorch), which trains on CPU. Its weights are all-gathered in bfloat16.
+
+Which torchao API path a recipe takes (:func:`api_path`) is decided from what the installed torchao does
+(``_compat.torchao_training_paths`` and ``_compat.weight_wrapper_float8_gaps``): the weight wrapper where it covers
+the recipe, else the module swap. With torchao 0.18 the fp8 recipes stay on the module swap: the weight wrapper's
+``Float8TrainingOpConfig`` has no ``emulate`` switch, and its weights are all-gathered in the policy's param dtype
+(``fsdp_pre_all_gather`` casts to ``mp_policy.param_dtype``), so tensorwise would lose float8 all-gather.
 """
 
 from __future__ import annotations
@@ -28,8 +40,17 @@ import torch
 
 from precision_base import PrecisionPluginError, PrecisionPluginWarning
 
-RECIPES: Final[dict[str, str]] = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
-"""Our precision name -> torchao's ``Float8LinearRecipeName`` value."""
+FP8_RECIPES: Final[dict[str, str]] = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
+"""Our fp8 precision name -> torchao's ``Float8LinearRecipeName`` value."""
+
+MX_RECIPES: Final[dict[str, tuple[str, str]]] = {"mxfp8-rceil": ("MXFP8_RCEIL", "MXFP8_EMULATED_RCEIL")}
+"""Our MX precision name -> torchao's ``MXFP8TrainingRecipe`` member (on the GPU, and with ``fp8_emulate=True``)."""
+
+RECIPES: Final[dict[str, str]] = {**FP8_RECIPES, **{name: members[0].lower() for name, members in MX_RECIPES.items()}}
+"""Every low-precision name (the ``fp8_*`` options apply to all) -> torchao's recipe name."""
+
+MX_BLOCK: Final[int] = 32
+"""MXFP8's scaling block: Linear dimensions (and tokens per step) must be multiples of it."""
 
 EXTRA_PRECISIONS: Final[tuple[tuple[str, str], ...]] = tuple((name, "bf16-mixed") for name in RECIPES)
 """The plugin's extra precisions, each with the precision the rest of the model follows."""
@@ -54,8 +75,37 @@ class Float8UnavailableError(PrecisionPluginError, RuntimeError):
 
 
 def is_fp8(precision: str) -> bool:
-    """Whether ``precision`` is one of the FP8 precisions."""
+    """Whether ``precision`` is one of the low-precision (fp8 or MXFP8) precisions."""
     return precision in RECIPES
+
+
+def is_mx(precision: str) -> bool:
+    """Whether ``precision`` is an MX (microscaling) precision."""
+    return precision in MX_RECIPES
+
+
+def api_path(spec: str, precision: str) -> str:
+    """Which torchao training API ``precision`` runs on here: ``_compat.WEIGHT_WRAPPER`` where the installed
+    torchao has it and it covers the recipe, else ``_compat.MODULE_SWAP``.
+
+    Raises:
+        Float8UnavailableError: torchao is missing, or (MXFP8) it has no weight-wrapper API.
+    """
+    from precision_fsdp import _compat
+
+    torchao_float8(spec)
+    paths = _compat.torchao_training_paths()
+    if is_mx(precision):
+        if _compat.WEIGHT_WRAPPER not in paths:
+            raise Float8UnavailableError(
+                f"{spec} needs torchao's MXFP8 training ({_compat.TORCHAO_WEIGHT_WRAPPER_CONFIG_MODULE}."
+                f"MXFP8TrainingOpConfig, torchao 0.18 or newer), which the installed torchao does not have: "
+                f"{install_hint()}. Use 'fsdp:fp8-rowwise' or 'fsdp:bf16-mixed' here."
+            )
+        return _compat.WEIGHT_WRAPPER
+    if _compat.WEIGHT_WRAPPER in paths and not _compat.weight_wrapper_float8_gaps(FP8_RECIPES[precision]):
+        return _compat.WEIGHT_WRAPPER
+    return _compat.MODULE_SWAP
 
 
 def torchao_float8(spec: str) -> Any:
@@ -71,14 +121,26 @@ def torchao_float8(spec: str) -> Any:
     return float8
 
 
-def hardware_problem() -> Optional[str]:
-    """Why this machine cannot train in FP8 (``None`` when a CUDA GPU of compute capability >= 8.9 is present)."""
+def needed_capability(precision: str = "fp8-tensorwise") -> tuple[int, int]:
+    """The CUDA compute capability ``precision`` needs: 8.9 for fp8 (torchao's ``is_sm_at_least_89``), 10.0 for
+    MXFP8 (``is_sm_at_least_100``, which gates torchao's MXFP8 kernels)."""
+    return (10, 0) if is_mx(precision) else (8, 9)
+
+
+def hardware_problem(precision: str = "fp8-tensorwise") -> Optional[str]:
+    """Why this machine cannot train in ``precision`` (``None`` when a CUDA GPU of the needed compute capability,
+    :func:`needed_capability`, is present)."""
     if not torch.cuda.is_available():
         return "no CUDA GPU is available"
     major, minor = torch.cuda.get_device_capability()
-    if (major, minor) < (8, 9):
+    need = needed_capability(precision)
+    if (major, minor) < need:
         name = torch.cuda.get_device_name()
-        return f"{name} has compute capability {major}.{minor}; FP8 matmuls need 8.9 or newer (e.g. L4, H100)"
+        kind, examples = ("MXFP8", "B200, GB200") if is_mx(precision) else ("FP8", "L4, H100")
+        return (
+            f"{name} has compute capability {major}.{minor}; {kind} matmuls need {need[0]}.{need[1]} or newer "
+            f"(e.g. {examples})"
+        )
     return None
 
 
@@ -88,9 +150,20 @@ def check_can_run(spec: str, emulate: bool) -> None:
     Raises:
         Float8UnavailableError: torchao is missing, or no FP8 hardware and ``emulate`` is false.
     """
-    torchao_float8(spec)
-    problem = hardware_problem()
+    precision = spec.rsplit(":", 1)[-1]
+    if precision not in RECIPES:
+        precision = "fp8-tensorwise"
+    api_path(spec, precision)
+    problem = hardware_problem(precision)
     if problem is not None and not emulate:
+        if is_mx(precision):
+            raise Float8UnavailableError(
+                f"{spec} needs a GPU with MXFP8 (CUDA compute capability 10.0 or newer, Blackwell): {problem}. "
+                "torchao's MXFP8 kernels (CUDA/Triton quantization, CUTLASS and torch._scaled_mm with e8m0 scales) "
+                "run only there; without one they fail with \"AssertionError: needs triton\". Use 'fsdp:fp8-rowwise' "
+                "(8.9+) or 'fsdp:bf16-mixed' here. (fp8_emulate=True runs torchao's emulated MXFP8 recipe instead: "
+                "for tests only, slower than bf16-mixed.)"
+            )
         raise Float8UnavailableError(
             f"{spec} needs a GPU with FP8 (CUDA compute capability 8.9 or newer): {problem}. Use 'fsdp:bf16-mixed' "
             "here. (fp8_emulate=True runs torchao's emulation instead: for tests only, slower than bf16-mixed.)"
@@ -101,16 +174,16 @@ def _linears(root: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]:
     return [(name, m) for name, m in root.named_modules() if type(m) is torch.nn.Linear]
 
 
-def default_filter(root: torch.nn.Module) -> Callable[[torch.nn.Module, str], bool]:
-    """The default choice for ``root``: Linear layers with both dimensions multiples of 16, except the first and the
-    last Linear of ``root`` (in module order)."""
+def default_filter(root: torch.nn.Module, multiple: int = 16) -> Callable[[torch.nn.Module, str], bool]:
+    """The default choice for ``root``: Linear layers with both dimensions multiples of ``multiple`` (16; 32 for
+    MXFP8), except the first and the last Linear of ``root`` (in module order)."""
     linears = _linears(root)
     ends = {linears[0][0], linears[-1][0]} if linears else set()
 
     def chosen(module: torch.nn.Module, fqn: str) -> bool:
         if fqn in ends or not isinstance(module, torch.nn.Linear):
             return False
-        return module.in_features % 16 == 0 and module.out_features % 16 == 0
+        return module.in_features % multiple == 0 and module.out_features % multiple == 0
 
     return chosen
 
@@ -139,8 +212,27 @@ def config(spec: str, precision: str, emulate: bool) -> Any:
     import dataclasses
 
     float8 = torchao_float8(spec)
-    base = float8.Float8LinearConfig.from_recipe_name(RECIPES[precision])
+    base = float8.Float8LinearConfig.from_recipe_name(FP8_RECIPES[precision])
     return dataclasses.replace(base, emulate=emulate, enable_fsdp_float8_all_gather=precision == "fp8-tensorwise")
+
+
+def training_op_config(precision: str, emulate: bool) -> Any:
+    """torchao's weight-wrapper config for ``precision``: ``MXFP8TrainingOpConfig`` (MXFP8, emulated when
+    ``emulate``) or ``Float8TrainingOpConfig`` (fp8, used only where :func:`api_path` chose the weight wrapper)."""
+    import importlib
+
+    from precision_fsdp import _compat
+
+    configs = importlib.import_module(_compat.TORCHAO_WEIGHT_WRAPPER_CONFIG_MODULE)
+    if is_mx(precision):
+        member = MX_RECIPES[precision][1 if emulate else 0]
+        return configs.MXFP8TrainingOpConfig.from_recipe(getattr(configs.MXFP8TrainingRecipe, member))
+    op_config = configs.Float8TrainingOpConfig(float8_linear_recipe=FP8_RECIPES[precision])
+    if emulate:
+        import dataclasses
+
+        op_config = dataclasses.replace(op_config, emulate=True)
+    return op_config
 
 
 def convert(
@@ -153,12 +245,20 @@ def convert(
 ) -> list[str]:
     """Swap the chosen Linear layers of ``root`` for ``Float8Linear``, in place; return their qualified names.
     Modules in ``exclude`` (and everything inside them, e.g. ``keep_fp32`` modules) are never converted."""
+    from precision_fsdp import _compat
+
     float8 = torchao_float8(spec)
-    decide = user_filter(chosen) or default_filter(root)
+    decide = user_filter(chosen) or default_filter(root, MX_BLOCK if is_mx(precision) else 16)
     excluded = {id(m) for e in exclude for m in e.modules()}
     names = [name for name, module in _linears(root) if id(module) not in excluded and decide(module, name)]
     if not names:
         warnings.warn(nothing_converted_message(root, spec, chosen, excluded), PrecisionPluginWarning, stacklevel=2)
+    if api_path(spec, precision) == _compat.WEIGHT_WRAPPER:
+        from torchao.quantization import quantize_
+
+        chosen_ids = {id(m) for name, m in _linears(root) if name in names}
+        quantize_(root, training_op_config(precision, emulate), filter_fn=lambda m, fqn: id(m) in chosen_ids)
+        return names
     float8.convert_to_float8_training(
         root, module_filter_fn=lambda m, fqn: fqn in names, config=config(spec, precision, emulate)
     )
@@ -181,7 +281,8 @@ def nothing_converted_message(root: torch.nn.Module, spec: str, chosen: Fp8Filte
         elif name in ends:
             why = "first or last Linear"
         else:
-            why = f"{module.in_features}x{module.out_features} not multiples of 16"
+            multiple = MX_BLOCK if is_mx(spec.rsplit(":", 1)[-1]) else 16
+            why = f"{module.in_features}x{module.out_features} not multiples of {multiple}"
         reasons.append(f"{name or '<root>'} ({why})")
     shown = ", ".join(reasons[:8]) + (f" and {len(reasons) - 8} more" if len(reasons) > 8 else "")
     return (
@@ -191,16 +292,54 @@ def nothing_converted_message(root: torch.nn.Module, spec: str, chosen: Fp8Filte
     )
 
 
+def _wrapped(tensor: torch.Tensor) -> bool:
+    local = getattr(tensor, "_local_tensor", tensor)  # a DTensor once sharded
+    return type(local).__name__.endswith("TrainingWeightWrapperTensor")
+
+
 def is_converted(root: torch.nn.Module) -> bool:
-    """Whether ``root`` holds any of torchao's ``Float8Linear`` layers."""
-    return any(type(m).__name__ == "Float8Linear" or "Float8Linear" in type(m).__name__ for m in root.modules())
+    """Whether ``root`` holds any of torchao's ``Float8Linear`` layers (module swap) or weight-wrapper weights."""
+    if any("Float8Linear" in type(m).__name__ for m in root.modules()):
+        return True
+    return any(_wrapped(p.data) for p in root.parameters())
+
+
+def describe_path(precision: str) -> str:
+    """Which torchao API path ``precision`` takes here, with the reason (without importing torchao when it is
+    missing: then the precision is unavailable anyway)."""
+    from precision_fsdp import _compat
+
+    paths = _compat.torchao_training_paths()
+    if not paths:
+        return "torchao is not installed"
+    if is_mx(precision):
+        return _compat.WEIGHT_WRAPPER if _compat.WEIGHT_WRAPPER in paths else "none: torchao has no MXFP8 training"
+    if _compat.WEIGHT_WRAPPER not in paths:
+        return f"{_compat.MODULE_SWAP}: torchao has no weight-wrapper training API"
+    gaps = _compat.weight_wrapper_float8_gaps(FP8_RECIPES[precision])
+    if not gaps:
+        return _compat.WEIGHT_WRAPPER
+    return f"{_compat.MODULE_SWAP}: the weight wrapper does not cover it ({'; '.join(gaps)})"
 
 
 def describe(precision: str) -> dict[str, str]:
     """What ``precision-plugins show`` prints for an FP8 precision: the dtype of each role."""
+    if is_mx(precision):
+        return {
+            "torchao recipe": f"{MX_RECIPES[precision][0]} ({MX_RECIPES[precision][1]} with fp8_emulate=True)",
+            "torchao API path": describe_path(precision),
+            "converted Linear: matmul inputs and weights": "float8_e4m3fn, one e8m0 scale per 32 elements",
+            "converted Linear: gradient of the output": "float8_e4m3fn, one e8m0 scale per 32 elements",
+            "converted Linear: weights all-gathered by FSDP2": "bfloat16 (the policy's param dtype; no MX all-gather)",
+            "converted Linear: stored parameters, reduction": "float32, float32",
+            "other modules": "bf16-mixed (float32 parameters, bfloat16 autocast, float32 reduction)",
+            "which Linear": "dims multiples of 32, not the first or last Linear (fp8_filter= overrides); tokens per "
+            "step a multiple of 32",
+        }
     rowwise = precision == "fp8-rowwise"
     return {
         "torchao recipe": RECIPES[precision],
+        "torchao API path": describe_path(precision),
         "converted Linear: matmul inputs and weights": "float8_e4m3fn, "
         + ("one scale per row" if rowwise else "one scale per tensor"),
         "converted Linear: gradient of the output": "float8_e4m3fn" if rowwise else "float8_e5m2",

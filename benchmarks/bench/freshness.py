@@ -118,11 +118,12 @@ def check_result(path: Path, root: Path = ROOT) -> Problem | None:
     paths = measured(name)
     last = last_change(root, paths)
     if _git(root, "merge-base", "--is-ancestor", last, commit).returncode:
-        behind = _git(root, "rev-list", "--count", f"{commit}..{last}", "--", *paths).stdout.strip()
+        since = _git(root, "log", "--format=%h %s", f"{commit}..{last}", "--", *paths).stdout.splitlines()
+        named = "; ".join(line[:90] for line in since[:3]) + ("; ..." if len(since) > 3 else "")
         return Problem(
             name,
             f"measured at commit {commit[:10]}, older than {last[:10]}, the last change to the code it measures "
-            f"({behind or '?'} commit(s) to {', '.join(p for p in paths if not p.startswith(':'))} since)",
+            f"({len(since)} commit(s) to the plugins or its harness since: {named})",
             fatal,
         )
     return None

@@ -53,7 +53,10 @@ def test_the_committed_results_are_current() -> None:
     results = sorted(DOCS.glob("*.json"))
     assert results, f"no committed results in {DOCS}"
     problems = [str(p) for p in freshness.check_folder(DOCS) if p.fatal]
-    assert not problems, "stale benchmark results (regenerate them; see benchmarks/README.md):\n" + "\n".join(problems)
+    assert not problems, (
+        f"stale benchmark results; regenerate all at once with `{freshness.REFRESH}` and commit docs/benchmarks "
+        "(benchmarks/README.md):\n" + "\n".join(problems)
+    )
 
 
 def test_a_result_older_than_the_measured_code_fails_with_the_refresh_command(repo: Path) -> None:

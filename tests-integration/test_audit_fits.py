@@ -62,12 +62,18 @@ def _fsdp_runs() -> list[dict[str, Any]]:
     return runs
 
 
+@pytest.fixture(scope="module")
+def fsdp_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The FSDP2 fits' audit results: one 2-process launch shared by the tests below."""
+    pytest.importorskip("transformers")
+    return _launch(_fsdp_runs(), tmp_path_factory.mktemp("audit-fsdp"))
+
+
 @pytest.mark.slow
 @needs_fsdp2_on_cpu()
-def test_fsdp2_fits_pass_the_strict_audit_and_a_lying_table_fails_it(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+def test_fsdp2_fits_pass_the_strict_audit_and_a_lying_table_fails_it(fsdp_results: dict[str, Any]) -> None:
     runs = _fsdp_runs()
-    results = _launch(runs, tmp_path)
+    results = fsdp_results
     assert sorted(results) == sorted(run["label"] for run in runs)
     for label, result in results.items():
         if label != "liar":
@@ -90,6 +96,21 @@ def test_fsdp2_fits_pass_the_strict_audit_and_a_lying_table_fails_it(tmp_path: P
     assert (row["role"], row["expected"], row["observed"]) == ("reduction", "float32", "bfloat16")
     assert row["subject"].startswith(("reduce_scatter_single x", "reduce_scatter_tensor x")), row
     assert "rank 1: reduction | reduce_scatter" in liar["error"], "rank 1's row is in the message too"
+
+
+@pytest.mark.slow
+@needs_fsdp2_on_cpu()
+def test_fsdp2_bf16_mixed_reduces_gradients_in_float32_in_the_collective(fsdp_results: dict[str, Any]) -> None:
+    """What the home page claims: under ``fsdp:bf16-mixed`` the gradient reduce-scatter a real 2-process FSDP2 run
+    issues carries float32 tensors (observed by the audit's collective tap, not read from a config)."""
+    result = fsdp_results["bf16-mixed"]
+    observed = [r for r in _rows(result, "reduction") if r["ok"] is not None]
+    assert observed, f"no gradient reduction was observed:\n{result['text']}"
+    for row in observed:
+        assert row["subject"].startswith(("reduce_scatter_single x", "reduce_scatter_tensor x")), result["text"]
+        assert (row["expected"], row["observed"]) == ("float32", "float32"), result["text"]
+    forward = {r["observed"] for r in _rows(result, "forward parameters")}
+    assert forward == {"bfloat16"}, f"the same run computes in bf16:\n{result['text']}"
 
 
 @pytest.mark.slow

@@ -134,14 +134,17 @@ def test_list_show_and_doctor_mark_the_extra_unavailable_and_say_why(without_tor
     sections = [part.strip().rsplit("\n", 1) for part in out.split("@@")[1:]]
     (listing, rc_list), (as_json, _), (doctor, rc_doctor), show = sections
     assert (rc_list, rc_doctor, show) == ("rc 0", "rc 0", ["rc 2"]), out  # the backend is ok; show refuses
-    assert "fp8-tensorwise (unavailable),fp8-rowwise (unavailable)" in listing
-    assert "fsdp:fp8-tensorwise, fsdp:fp8-rowwise unavailable: needs torchao>=0.18, which is not installed" in out
+    assert "fp8-tensorwise (unavailable),fp8-rowwise (unavailable),mxfp8-rceil (unavailable)" in listing
+    assert (
+        "fsdp:fp8-tensorwise, fsdp:fp8-rowwise, fsdp:mxfp8-rceil unavailable: needs torchao>=0.18, which is not "
+        "installed" in out
+    )
     assert f"install it with: {line}" in listing
     fsdp = next(e for e in json.loads(as_json) if e["backend"] == "fsdp")
-    assert sorted(fsdp["unavailable"]) == ["fp8-rowwise", "fp8-tensorwise"]
+    assert sorted(fsdp["unavailable"]) == ["fp8-rowwise", "fp8-tensorwise", "mxfp8-rceil"]
     assert fsdp["status"] == "ok"
     assert "[ok] fsdp (precision-fsdp" in doctor
-    assert "  - unavailable: fsdp:fp8-tensorwise, fsdp:fp8-rowwise: needs torchao>=0.18" in doctor
+    assert "  - unavailable: fsdp:fp8-tensorwise, fsdp:fp8-rowwise, fsdp:mxfp8-rceil: needs torchao>=0.18" in doctor
     assert "precision-plugins: error: fsdp:fp8-tensorwise is unavailable here" in done.stderr
 
 
@@ -156,5 +159,5 @@ def test_with_torchao_doctor_resolves_and_lists_the_extra_precisions(tmp_path: P
     )
     assert done.returncode == 0, done.stdout + done.stderr
     fsdp = next(line for line in done.stdout.splitlines() if line.startswith("[ok] fsdp"))
-    assert fsdp.endswith("16-mixed, bf16-mixed, fp8-tensorwise, fp8-rowwise")
+    assert fsdp.endswith("16-mixed, bf16-mixed, fp8-tensorwise, fp8-rowwise, mxfp8-rceil")
     assert "unavailable" not in done.stdout

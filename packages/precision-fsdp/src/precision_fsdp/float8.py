@@ -256,6 +256,7 @@ def convert(
     if api_path(spec, precision) == _compat.WEIGHT_WRAPPER:
         from torchao.quantization import quantize_
 
+        allow_weight_wrapper_checkpoints()
         chosen_ids = {id(m) for name, m in _linears(root) if name in names}
         quantize_(root, training_op_config(precision, emulate), filter_fn=lambda m, fqn: id(m) in chosen_ids)
         return names
@@ -290,6 +291,28 @@ def nothing_converted_message(root: torch.nn.Module, spec: str, chosen: Fp8Filte
         f"slower than asking for it). Linear layers: {shown}. Pass fp8_filter= (module name patterns or a callable) "
         "to choose layers, or use 'fsdp:bf16-mixed'."
     )
+
+
+def allow_weight_wrapper_checkpoints() -> None:
+    """Let ``torch.load(weights_only=True)`` (distributed checkpoint loads, Lightning's resume) read the weight
+    wrapper's tensors and configs, as ``torchao.float8`` does for its own classes: torchao 0.18 registers none of
+    them, and resuming an MXFP8 run failed with "Unsupported global: GLOBAL torchao.prototype.moe_training.tensor.
+    MXFP8TrainingWeightWrapperTensor was not an allowed global by default"."""
+    import importlib
+
+    from precision_fsdp import _compat
+
+    configs = importlib.import_module(_compat.TORCHAO_WEIGHT_WRAPPER_CONFIG_MODULE)
+    tensors = importlib.import_module("torchao.prototype.moe_training.tensor")
+    allowed = [
+        getattr(tensors, "Float8TrainingWeightWrapperTensor", None),
+        getattr(tensors, "MXFP8TrainingWeightWrapperTensor", None),
+        getattr(configs, "Float8TrainingOpConfig", None),
+        getattr(configs, "MXFP8TrainingOpConfig", None),
+        getattr(configs, "KernelPreference", None),
+        getattr(configs, "ScaleCalculationMode", None),
+    ]
+    torch.serialization.add_safe_globals([a for a in allowed if a is not None])
 
 
 def _wrapped(tensor: torch.Tensor) -> bool:

@@ -118,6 +118,42 @@ def _run(precision: str, inf_step: int, *, load_from: Path | None, save_to: Path
     }
 
 
+def _auto(spec: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Two steps under ``strategy="auto"`` (Fabric picks ``precision_fsdp.fabric.FSDP2Strategy``, which shards by its
+    default policy): the strategy's class, the model's layer classes after setup, and the losses."""
+    world_size()
+    seed_everything(7)
+    fabric = Fabric(precision_plugin=resolve_fabric(spec, **options), accelerator="cpu", devices=2)
+    fabric.launch()
+    layers: list[torch.nn.Module] = []
+    for _ in range(3):
+        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
+    model = fabric.setup_module(torch.nn.Sequential(*layers, torch.nn.Linear(WIDTH, 1)))
+    optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.05))
+    data = regression_data(WIDTH, samples=BATCH * 2 * 2, seed=5)
+    losses = []
+    for step in range(2):
+        x, y = data[step * 2 * BATCH : (step + 1) * 2 * BATCH]
+        x, y = fabric.to_device((x[fabric.global_rank :: 2], y[fabric.global_rank :: 2]))
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(fabric.all_reduce(loss.detach().float(), reduce_op="mean").item())
+    return {
+        "strategy_type": f"{type(fabric.strategy).__module__}.{type(fabric.strategy).__qualname__}",
+        "float8": [  # per Linear: whether it became torchao's Float8Linear (FSDP2 may subclass it as a unit)
+            any(c.__name__ == "Float8Linear" for c in type(m).__mro__) for m in model.module if _is_linear(m)
+        ],
+        "all_dtensor": all(isinstance(p, DTensor) for p in model.parameters()),
+        "losses": losses,
+    }
+
+
+def _is_linear(module: torch.nn.Module) -> bool:
+    return isinstance(module, torch.nn.Linear)
+
+
 def train_all(args: dict[str, Any]) -> dict[str, Any] | None:
     """Every precision in ``args["precisions"]``, each an uninterrupted run then a resumed one; rank 0 returns."""
     torch.set_num_threads(1)
@@ -129,4 +165,5 @@ def train_all(args: dict[str, Any]) -> dict[str, Any] | None:
         full = _run(precision, inf_step, load_from=None, save_to=ckpt)
         resumed = _run(precision, inf_step, load_from=ckpt, save_to=None)
         results[precision] = {"full": full, "resumed": resumed}
+    results["auto"] = {spec: _auto(spec, options) for spec, options in args.get("auto", {}).items()}
     return results if int(torch.distributed.get_rank()) == 0 else None

@@ -11,6 +11,7 @@ same CPU kernels on the same batches, so any difference would mean some state (w
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ pytestmark = [
 ]
 
 PRECISIONS = cpu_precisions()
+AUTO = {"fsdp:bf16-mixed": {}, "fsdp:fp8-tensorwise": {"fp8_emulate": True}}
+"""Specs trained under ``strategy="auto"`` (``precision_fsdp.fabric.FSDP2Strategy``) in the same launch."""
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("fabric_fsdp")
     result: dict[str, Any] = run_ranks(
         f"{HERE / '_fabric_fsdp.py'}:train_all",
-        {"precisions": PRECISIONS, "out": str(out)},
+        {"precisions": PRECISIONS, "out": str(out), "auto": AUTO},
         world=2, threads=1, timeout=400, cwd=out, env={"PYTHONWARNINGS": "ignore", "PYTHONPATH": str(HERE)},
     )  # fmt: skip
     return result
@@ -109,3 +112,15 @@ def test_save_load_equals_uninterrupted_run(run: dict[str, Any]) -> None:
         assert resumed["steps"][str(step)]["loss"] == full["steps"][str(step)]["loss"], f"loss at step {step}"
         assert resumed["steps"][str(step)]["scale_before"] == full["steps"][str(step)]["scale_before"]
     assert resumed["final"] == full["final"], "final parameters of the resumed run"
+
+
+@pytest.mark.parametrize("spec", AUTO)
+def test_strategy_auto_picks_fsdp2_strategy_and_trains(runs: dict[str, Any], spec: str) -> None:
+    """strategy="auto" (every other test passes Fabric's own ModelParallelStrategy): setup_environment once asked
+    for the Trainer's ``lightning_module`` here ('FSDP2Strategy' object has no attribute 'lightning_module')."""
+    auto = runs["auto"][spec]
+    assert auto["strategy_type"] == "precision_fsdp.fabric.FSDP2Strategy"
+    assert auto["all_dtensor"], "every parameter sharded by the default policy"
+    assert all(math.isfinite(loss) for loss in auto["losses"]), auto["losses"]
+    expected = [False, True, True, False] if "fp8" in spec else [False] * 4  # fp8: first and last Linear kept
+    assert auto["float8"] == expected, "Linear layers converted to torchao's Float8Linear"

@@ -81,6 +81,15 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
         raise wrong_strategy_error(self.spec, strategy, f"Pass {HOW_FABRIC_FSDP2} for FSDP2, or {HOW_FABRIC_FSDP1}.")
 
     @override
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Fabric's ``setup_module`` calls this with the whole model before the strategy shards it (the Trainer
+        calls it after): so :meth:`prepare_for_sharding` runs here on a model not sharded yet (``fp8-*`` converts
+        its Linear layers, ``keep_fp32`` names are matched), then as the Trainer class."""
+        if fsdp_version_of(module) is None:
+            self.prepare_for_sharding(module)
+        return super().convert_module(module)
+
+    @override
     def convert_input(self, data: Any) -> Any:
         """Learn the compute device from the inputs (Fabric moved them there), then cast like the Trainer class."""
         bind_device_from_inputs(self, data)
@@ -141,6 +150,11 @@ class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
     def precision_plugin(self) -> Any:
         """Fabric's name for it is ``precision``; :meth:`shard` reads this one."""
         return self.precision  # type: ignore[attr-defined]
+
+    @override
+    def _expect_whole_model(self) -> None:
+        """Nothing: Fabric has no LightningModule nor ``configure_model``; ``setup_module`` hands the whole model to
+        ``parallelize_fn``, and the default one (:meth:`shard`) calls ``prepare_for_sharding`` with it."""
 
     def _shard_by_policy(self, module: torch.nn.Module, device_mesh: DeviceMesh) -> torch.nn.Module:
         self.shard(module)

@@ -116,8 +116,13 @@ class FSDP2StrategyImpl(_LightningBase):
                 )
             set_data_parallel_size(self, processes // tensor_parallel)
         super().setup_environment()  # type: ignore[misc]
+        self._expect_whole_model()
+
+    def _expect_whole_model(self) -> None:
+        """Trainer: before ``configure_model`` runs, tell the precision plugin the LightningModule that its
+        ``fully_shard`` calls shard parts of. The Fabric strategy overrides this (Fabric has no LightningModule)."""
         expect = getattr(self.precision_plugin, "expect_model", None)  # type: ignore[attr-defined]
-        if expect is not None:  # before configure_model runs: what its fully_shard calls are parts of
+        if expect is not None:
             expect(self.lightning_module)  # type: ignore[attr-defined]
 
     @override

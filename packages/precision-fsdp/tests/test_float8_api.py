@@ -127,7 +127,8 @@ def test_emulated_mxfp8_wraps_the_chosen_weights_and_trains_close_to_bf16() -> N
 
     def model() -> nn.Sequential:
         torch.manual_seed(0)
-        layers = [nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 48), nn.Linear(48, 8)]
+        layers = [nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64, bias=False), nn.GELU(), nn.Linear(64, 48)]
+        layers.append(nn.Linear(48, 8))
         return nn.Sequential(*layers)
 
     with process_group():
@@ -154,9 +155,38 @@ def test_emulated_mxfp8_wraps_the_chosen_weights_and_trains_close_to_bf16() -> N
 
 @needs_weight_wrapper
 def test_mxfp8_nothing_chosen_names_the_32_rule() -> None:
-    model = nn.Sequential(nn.Linear(32, 48), nn.Linear(48, 48), nn.Linear(48, 8))
+    model = nn.Sequential(nn.Linear(32, 48), nn.Linear(48, 48, bias=False), nn.Linear(48, 64), nn.Linear(64, 8))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         float8.convert(model, "fsdp:mxfp8-rceil", "mxfp8-rceil", True, None)
     messages = [str(w.message) for w in seen if issubclass(w.category, precision_base.PrecisionPluginWarning)]
     assert any("1 (48x48 not multiples of 32)" in m for m in messages), messages
+    assert any("2 (has a bias, which torchao's MXFP8 weight wrapper drops)" in m for m in messages), messages
+
+
+@needs_weight_wrapper
+def test_finding_torchao_mxfp8_drops_the_linear_bias_so_biased_layers_stay() -> None:
+    """Pins torchao 0.18's MXFP8 weight wrapper dropping ``F.linear``'s bias (prototype/moe_training/tensor.py, the
+    linear override of MXFP8TrainingWeightWrapperTensor never reads args[2]). When this fails, biased layers can be
+    converted: drop the bias rule in ``float8.convert``."""
+    from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
+    from torchao.quantization import quantize_
+
+    layer = nn.Linear(64, 64).bfloat16()
+    with torch.no_grad():
+        layer.bias.fill_(100.0)
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    config = MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_EMULATED_RCEIL)
+    quantize_(layer, config, filter_fn=lambda m, f: True)
+    out = layer(x)
+    assert abs(float(out.float().mean())) < 1, "the bias of 100 is missing from the output"
+    out.float().sum().backward()
+    assert layer.bias.grad is None
+
+    model = nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 64, bias=False), nn.Linear(64, 8))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        names = float8.convert(model, "fsdp:mxfp8-rceil", "mxfp8-rceil", True, ("1", "2"))
+    assert names == ["2"]
+    assert any("Linear layers with a bias are not converted to MXFP8 (1)" in str(w.message) for w in seen)
+    assert type(model[1].weight.data) is torch.Tensor

@@ -17,7 +17,9 @@ precisions are refused, unless ``fp8_emulate=True`` asks for torchao's emulation
 code path in higher precision, slowly, and is meant for CPU tests, not for training.
 
 ``mxfp8-rceil`` is torchao's MXFP8 recipe (float8 e4m3 with one power-of-two e8m0 scale per 32 elements, scales
-rounded up: torchao's ``MXFP8TrainingRecipe.MXFP8_RCEIL``). It exists only on torchao's weight-wrapper API
+rounded up: torchao's ``MXFP8TrainingRecipe.MXFP8_RCEIL``). Only bias-free Linear layers are converted: torchao 0.18's
+``MXFP8TrainingWeightWrapperTensor`` computes ``linear`` without its bias argument (measured: a bias of 100 vanished
+from the output and got no gradient). It exists only on torchao's weight-wrapper API
 (``quantize_`` with ``MXFP8TrainingOpConfig``), needs compute capability 10.0 (Blackwell) and both Linear dimensions
 and the number of tokens per step multiples of 32; ``fp8_emulate=True`` runs torchao's emulated MXFP8 recipe
 (``MXFP8_EMULATED_RCEIL``, pure PyTorch), which trains on CPU. Its weights are all-gathered in bfloat16.
@@ -251,6 +253,17 @@ def convert(
     decide = user_filter(chosen) or default_filter(root, MX_BLOCK if is_mx(precision) else 16)
     excluded = {id(m) for e in exclude for m in e.modules()}
     names = [name for name, module in _linears(root) if id(module) not in excluded and decide(module, name)]
+    if is_mx(precision):
+        biased = [name for name, module in _linears(root) if name in names and module.bias is not None]
+        names = [name for name in names if name not in biased]
+        if biased and chosen is not None:
+            warnings.warn(
+                f"{spec}: Linear layers with a bias are not converted to MXFP8 ({', '.join(biased[:8])}): torchao's "
+                "MXFP8 weight wrapper computes the matmul without the bias (it drops it: the output misses the bias "
+                "and the bias gets no gradient). Use bias=False layers for MXFP8, or 'fsdp:fp8-rowwise'.",
+                PrecisionPluginWarning,
+                stacklevel=2,
+            )
     if not names:
         warnings.warn(nothing_converted_message(root, spec, chosen, excluded), PrecisionPluginWarning, stacklevel=2)
     if api_path(spec, precision) == _compat.WEIGHT_WRAPPER:
@@ -281,6 +294,8 @@ def nothing_converted_message(root: torch.nn.Module, spec: str, chosen: Fp8Filte
             why = "fp8_filter did not choose it"
         elif name in ends:
             why = "first or last Linear"
+        elif is_mx(spec.rsplit(":", 1)[-1]) and module.bias is not None:
+            why = "has a bias, which torchao's MXFP8 weight wrapper drops"
         else:
             multiple = MX_BLOCK if is_mx(spec.rsplit(":", 1)[-1]) else 16
             why = f"{module.in_features}x{module.out_features} not multiples of {multiple}"

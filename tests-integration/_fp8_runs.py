@@ -55,6 +55,7 @@ class AllGatherBytes(Callback):
     def __init__(self) -> None:
         self.bytes = 0
         self.dtypes: set[str] = set()
+        self.bytes_by_dtype: dict[str, int] = {}
         self._original: Any = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -63,6 +64,8 @@ class AllGatherBytes(Callback):
         def counting(output: torch.Tensor, input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             self.bytes += output.numel() * output.element_size()
             self.dtypes.add(str(input.dtype))
+            key = str(input.dtype)
+            self.bytes_by_dtype[key] = self.bytes_by_dtype.get(key, 0) + output.numel() * output.element_size()
             return self._original(output, input, *args, **kwargs)
 
         dist.all_gather_single = counting
@@ -92,8 +95,14 @@ def fit(args: dict[str, Any]) -> dict[str, Any] | None:
             "losses": model.losses,
             "bytes_per_step": counter.bytes / int(args["steps"]),
             "dtypes": sorted(counter.dtypes),
+            "bytes_per_step_by_dtype": {k: v / int(args["steps"]) for k, v in counter.bytes_by_dtype.items()},
             "converted": list(getattr(trainer.precision_plugin, "fp8_converted", [])),
             "types": {name: type(m).__name__ for name, m in model.net.named_children() if "Linear" in type(m).__name__},
+            "float8": {  # FSDP2 subclasses each unit (FSDPFloat8Linear), so ask the class hierarchy
+                name: any(c.__name__ == "Float8Linear" for c in type(m).__mro__)
+                for name, m in model.net.named_children()
+                if isinstance(m, nn.Linear)
+            },
         }
     return out if trainer.global_rank == 0 else None
 

@@ -36,20 +36,25 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_middle_linears_converted_first_and_last_kept(runs: dict[str, Any]) -> None:
     for spec in ("fsdp:fp8-tensorwise", "fsdp:fp8-rowwise"):
         assert runs[spec]["converted"] == ["net.2", "net.4", "net.6"]
-        types = runs[spec]["types"]
-        assert types["0"] == types["8"] == "Linear", "the first and last Linear stay in high precision"
-        assert {types[k] for k in ("2", "4", "6")} == {"Float8Linear"}
+        float8 = runs[spec]["float8"]
+        assert float8 == {"0": False, "2": True, "4": True, "6": True, "8": False}, "first and last Linear kept"
+        # the default policy: each Linear of the Sequential (repeated same-class children) is its own FSDP2 unit
+        assert set(runs[spec]["types"].values()) == {"FSDPLinear", "FSDPFloat8Linear"}
     assert runs["fsdp:bf16-mixed"]["converted"] == []
 
 
 def test_tensorwise_all_gathers_float8_at_about_half_the_bytes(runs: dict[str, Any]) -> None:
     bf16, fp8 = runs["fsdp:bf16-mixed"], runs["fsdp:fp8-tensorwise"]
     assert bf16["dtypes"] == ["torch.bfloat16"]
-    # the default policy makes `net` one FSDP2 unit; a unit holding float8 weights is all-gathered as one byte
-    # buffer (float8 weights, bf16 first/last Linear and biases)
-    assert fp8["dtypes"] == ["torch.uint8"]
+    # the default policy makes each Linear of `net` an FSDP2 unit: a Float8Linear unit is all-gathered as one byte
+    # buffer (float8 weight, bf16 bias), the first and last Linear (kept out of fp8) in bfloat16
+    assert fp8["dtypes"] == ["torch.bfloat16", "torch.uint8"]
     ratio = fp8["bytes_per_step"] / bf16["bytes_per_step"]
-    assert ratio <= 0.55, f"fp8/bf16-mixed all-gather bytes per step = {ratio:.3f}"
+    assert ratio <= 0.55, f"fp8/bf16-mixed all-gather bytes per step (whole model) = {ratio:.3f}"
+    by_dtype = fp8["bytes_per_step_by_dtype"]
+    middle_in_bf16 = bf16["bytes_per_step"] - by_dtype["torch.bfloat16"]  # the same three layers under bf16-mixed
+    middle = by_dtype["torch.uint8"] / middle_in_bf16
+    assert middle <= 0.55, f"fp8/bf16-mixed all-gather bytes per step of the Float8Linear layers = {middle:.3f}"
     rowwise = runs["fsdp:fp8-rowwise"]
     assert rowwise["dtypes"] == ["torch.bfloat16"], "torchao's rowwise recipe has no float8 all-gather"
     assert rowwise["bytes_per_step"] == bf16["bytes_per_step"]

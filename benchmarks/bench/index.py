@@ -165,6 +165,10 @@ def _overhead_reading(name: str, d: dict[str, Any]) -> list[str]:
             skip = (" The built-in does less work here on a CPU (no autocast, reduction in the compute dtype"
                     + (", no loss scaling" if precision == "16-mixed" else "") + "): the like-for-like figure is "
                     "ours / hand-written.")  # fmt: skip
+        if not sentences:  # only ours ran: the other variants failed (named below)
+            ours = e["wall"]["step_s"].get("ours")
+            sentences = [f"ours only, median step {ours['median'] * 1e3:.2f} ms" if ours else "no variant ran"]
+            skip = ""
         out.append(f"- `{backend}:{precision}`: " + "; ".join(sentences) + "." + skip)
     out += [f"- `{backend}:{k.split('|')[0]}`, {k.split('|')[1]} failed: `{err}`" for k, err in
             (d.get("errors") or {}).items()]  # fmt: skip

@@ -371,8 +371,8 @@ def describe(precision: str) -> dict[str, str]:
             "converted Linear: weights all-gathered by FSDP2": "bfloat16 (the policy's param dtype; no MX all-gather)",
             "converted Linear: stored parameters, reduction": "float32, float32",
             "other modules": "bf16-mixed (float32 parameters, bfloat16 autocast, float32 reduction)",
-            "which Linear": "dims multiples of 32, not the first or last Linear (fp8_filter= overrides); tokens per "
-            "step a multiple of 32",
+            "which Linear": "bias-free, dims multiples of 32, not the first or last Linear (fp8_filter= overrides "
+            "all but the bias rule); tokens per step a multiple of 32",
         }
     rowwise = precision == "fp8-rowwise"
     return {

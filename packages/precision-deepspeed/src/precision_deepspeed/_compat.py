@@ -186,6 +186,10 @@ FENCED: tuple[Fenced, ...] = (
         optional=True,
     ),
     Fenced("deepspeed.runtime.engine", "DeepSpeedEngine.get_global_grad_norm", ("self",), "precision_stats"),
+    Fenced("deepspeed.ops.op_builder.builder", "OpBuilder._loaded_ops", None, "CPU op build notice: loaded already"),
+    Fenced("deepspeed.ops", "__compatible_ops__", None, "CPU op build notice: DeepSpeed builds only compatible ops"),
+    Fenced("deepspeed.git_version_info", "installed_ops", None, "CPU op build notice: ops installed prebuilt"),
+    Fenced("torch.utils.cpp_extension", "_get_build_directory", ("name", "verbose"), "CPU op build notice: its folder"),
 )
 
 
@@ -209,6 +213,11 @@ def _root_of(obj: Any) -> str:
         if module.startswith("pytorch_lightning."):
             return "pytorch_lightning"
     return "lightning.pytorch"
+
+
+def lightning_namespace(obj: Any) -> str:
+    """``"lightning.pytorch"`` or ``"pytorch_lightning"``: the Lightning namespace ``obj``'s class comes from."""
+    return _root_of(obj)
 
 
 def _fabric_of(namespace: str) -> str:
@@ -454,3 +463,35 @@ def forward_with_fp32_parameters(module: Any) -> None:
 def registry_init_params(registry: Any, name: str) -> dict[str, Any]:
     """The keyword arguments a name in Lightning's ``StrategyRegistry`` builds its strategy with."""
     return dict(registry[name]["init_params"])
+
+
+# -- DeepSpeed's CPU communication op --------------------------------------------------------------------------
+#: The op builder ``deepspeed.init_distributed`` loads on DeepSpeed's CPU accelerator (``deepspeed.comm.torch``).
+CPU_COMM_OP_BUILDER = "ShareMemCommBuilder"
+
+
+def cpu_comm_op_build() -> Optional[tuple[str, str]]:
+    """``(op name, build folder)`` when ``deepspeed.init_distributed`` is about to JIT-compile DeepSpeed's CPU
+    communication op (a minute or two); ``None`` when it will not: no such op on this accelerator, DeepSpeed would
+    not build it here, it was installed prebuilt, this process loaded it already, or the build folder
+    (``TORCH_EXTENSIONS_DIR`` or torch's default) already holds the built library, which later runs reuse."""
+    import os
+
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.git_version_info import installed_ops
+    from deepspeed.ops.op_builder.builder import OpBuilder
+    from torch.utils.cpp_extension import _get_build_directory
+
+    builder = get_accelerator().create_op_builder(CPU_COMM_OP_BUILDER)
+    if builder is None:
+        return None
+    name = str(builder.NAME)
+    if not deepspeed.ops.__compatible_ops__.get(name, False) or installed_ops.get(name, False):
+        return None
+    if name in OpBuilder._loaded_ops:
+        return None
+    folder = str(_get_build_directory(name, verbose=False))
+    if os.path.isfile(os.path.join(folder, f"{name}.so")):
+        return None
+    return name, folder

@@ -39,7 +39,7 @@ from precision_deepspeed.config import (
 from precision_deepspeed.plugin import DeepSpeedPrecisionError, DeepSpeedPrecisionImpl
 from precision_deepspeed.selection import cpu_fp16_refusal
 from precision_deepspeed.strategy import DeepSpeedCPUStrategy as _TrainerCPUStrategy
-from precision_deepspeed.strategy import user_config_conflicts, write_plugin_config
+from precision_deepspeed.strategy import announce_cpu_op_build, user_config_conflicts, write_plugin_config
 
 if TYPE_CHECKING:
     import deepspeed
@@ -195,6 +195,7 @@ class FabricDeepSpeedCPUStrategyImpl(_StrategyBase):
         # the device-index check does not apply: CPU devices carry no index
         _compat.reset_seed(self)
         self._set_world_ranks()
+        announce_cpu_op_build(self.global_rank, "lightning.fabric")
         self._init_deepspeed_distributed()
         if not _compat.config_formatted(self):
             self._format_config()

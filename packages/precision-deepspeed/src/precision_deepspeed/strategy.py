@@ -118,6 +118,26 @@ def _on_cpu(accelerator: Any) -> bool:
     return uses_cpu(accelerator)
 
 
+def announce_cpu_op_build(global_rank: int, namespace: str) -> Optional[str]:
+    """Log, on rank 0 at INFO under ``<namespace>.precision_deepspeed``, that DeepSpeed is about to compile its CPU
+    communication op (the first DeepSpeed run on a machine is otherwise silent for a minute or two). Call it just
+    before ``deepspeed.init_distributed`` on a CPU accelerator. Returns the message, or ``None`` when nothing will be
+    compiled (see :func:`precision_deepspeed._compat.cpu_comm_op_build`)."""
+    import logging
+
+    pending = _compat.cpu_comm_op_build()
+    if pending is None:
+        return None
+    name, folder = pending
+    message = (
+        f"precision-deepspeed: DeepSpeed is compiling its CPU op {name} once (about a minute or two); "
+        f"later runs reuse it from {folder} (TORCH_EXTENSIONS_DIR chooses the folder)"
+    )
+    if global_rank == 0:
+        logging.getLogger(f"{namespace}.precision_deepspeed").info(message)
+    return message
+
+
 def guard_resume(strategy: Any, plugin: Any) -> None:
     """Make a strategy without its own resume check (Lightning's ``DeepSpeedStrategy``) refuse, before DeepSpeed's
     loader runs, a checkpoint saved under another DeepSpeed precision mode while training resumes.
@@ -174,6 +194,7 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
         # the device-index check does not apply: CPU devices carry no index
         _compat.reset_seed(self)
         self.set_world_ranks()
+        announce_cpu_op_build(self.global_rank, _compat.lightning_namespace(self))
         _compat.init_deepspeed_distributed(self)
 
     @property

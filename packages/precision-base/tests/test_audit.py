@@ -78,6 +78,30 @@ class NoFloat8(DummyPrecision):
         return DtypeTable("float32", "bfloat16", "float32", "float32", "float32", "float32", "bfloat16")
 
 
+class SkipsSteps(DummyPrecision):
+    """``32-true`` whose first ``skipped`` optimizer steps run the closure (forward, backward) but not the optimizer,
+    as a loss scaler does for inf/NaN gradients (``16-mixed``'s first steps); ``skipped=None`` never steps."""
+
+    backend = "skips-steps"
+    precisions = ("32-true",)
+    skipped: Any = 1
+
+    def __init__(self, precision: str) -> None:
+        super().__init__(precision)
+        self.calls = 0
+
+    def optimizer_step(self, optimizer: Any, model: Any, closure: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.skipped is None or self.calls <= self.skipped:
+            return closure()  # gradients computed, the step skipped
+        return super().optimizer_step(optimizer, model, closure, **kwargs)
+
+
+class NeverSteps(SkipsSteps):
+    backend = "never-steps"
+    skipped = None
+
+
 @contextlib.contextmanager
 def _registered(cls: type) -> Iterator[str]:
     """Register ``cls`` in-process; yields its plugin name."""
@@ -269,3 +293,25 @@ def test_no_warning_from_a_correct_run(dummy: None) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrecisionAuditWarning)
         _fit("dummy:bf16-mixed", PrecisionAudit())
+
+
+def test_a_skipped_first_step_is_waited_for_and_the_next_applied_step_audited() -> None:
+    """A loss scaler's skipped step shows no gradients: the audit observes the next applied one (strict passes)."""
+    audit = PrecisionAudit(strict=True)
+    with _registered(SkipsSteps) as spec:
+        _fit(spec, audit, steps=4)
+    assert audit.ok is True
+    assert audit.report is not None
+    assert audit.report.steps == 1
+    assert [r.observed for r in _rows(audit.report, "gradients")] == ["float32"]
+
+
+def test_a_run_whose_optimizer_never_steps_is_a_mismatch() -> None:
+    from precision_base.audit.callback import SKIPPED_STEPS_WAITED
+
+    audit = PrecisionAudit()
+    with _registered(NeverSteps) as spec, pytest.warns(PrecisionAuditWarning):
+        _fit(spec, audit, steps=SKIPPED_STEPS_WAITED + 3)
+    assert audit.ok is False
+    assert audit.report is not None
+    assert [r.observed for r in _rows(audit.report, "gradients") if not r.ok] == ["no optimizer step ran"]

@@ -81,7 +81,9 @@ def test_precision_next_to_a_plugin_is_accepted_when_they_agree(
 ) -> None:
     """Issue 21: the same precision given twice is one answer; differing ones name what the user passed."""
     name = "dummy:bf16-mixed"
-    given = {"precision_plugin": {"precision_plugin": name}, "plugins": {"plugins": name}}.get(where, {"plugins": [name]})
+    given = {"precision_plugin": {"precision_plugin": name}, "plugins": {"plugins": name}}.get(
+        where, {"plugins": [name]}
+    )
     if shown is None:
         trainer = Trainer(precision=precision, accelerator="cpu", devices=1, **given, **QUIET)
         assert isinstance(trainer.precision_plugin, dummy_registered)

@@ -5,3 +5,5 @@ from precision_base.testing import PluginConformance
 
 class TestFSDPConformance(PluginConformance):
     backend = "fsdp"
+    audit_fit = True  # the kit's strict PrecisionAudit of a real 2-process fit
+    audit_fit_precisions = ("bf16-mixed",)  # one launch; tests-integration/test_audit_fits.py sweeps every precision

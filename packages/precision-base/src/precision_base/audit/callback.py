@@ -41,6 +41,10 @@ def _check_steps(steps: object) -> int:
     return steps
 
 
+SKIPPED_STEPS_WAITED = 8
+"""Optimizer steps past ``steps`` the callback waits for an applied one when the loss scaler skips steps."""
+
+
 class PrecisionAuditImpl(_CallbackBase):
     """Observe the first ``steps`` optimizer steps of ``fit`` and compare every dtype with the plugin's table.
 
@@ -91,8 +95,19 @@ class PrecisionAuditImpl(_CallbackBase):
 
     @override
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """After the ``steps``-th optimizer step: remove the hooks and report."""
-        if self._session is not None and int(trainer.global_step) - self._start_step >= self.steps:
+        """After the ``steps``-th applied optimizer step on every rank: remove the hooks and report.
+
+        A step the loss scaler skipped (inf/NaN gradients, common in the first steps of ``16-mixed``) never calls
+        ``optimizer.step``, so it shows no gradients or optimizer state: the audit waits for ``steps`` applied steps,
+        at most :data:`SKIPPED_STEPS_WAITED` more, then reports what it saw (a run that never steps is a finding).
+        """
+        if self._session is None:
+            return
+        counted = int(trainer.global_step) - self._start_step
+        if counted < self.steps:
+            return
+        applied = trainer.strategy.reduce_boolean_decision(self._session.done, all=True)  # every rank finishes together
+        if applied or counted >= self.steps + SKIPPED_STEPS_WAITED:
             self._finish(trainer)
 
     @override
@@ -112,7 +127,7 @@ class PrecisionAuditImpl(_CallbackBase):
         session, self._session = self._session, None
         assert session is not None
         try:
-            session.finish(observed_steps=int(trainer.global_step) - self._start_step)
+            session.finish()
         except PrecisionAuditError:
             self.report = session.report
             self._publish(trainer)

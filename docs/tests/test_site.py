@@ -51,9 +51,18 @@ MEASURE_JS = """
   const over = (el) => el.scrollWidth > el.clientWidth + tol;
   const blocks = [];
   const describe = (el) => (el.innerText || '').trim().split('\\n')[0].slice(0, 80);
+  // a code block wider than its box is fine when it scrolls horizontally (its lines stay as written); one that
+  // overflows without scrolling cuts text off
+  const scrolls = (el) => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const codeBlocks = [];
   for (const pre of document.querySelectorAll('.md-content pre')) {
     const code = pre.querySelector('code') || pre;
-    if (over(code) || over(pre)) {
+    const style = getComputedStyle(code);
+    codeBlocks.push({
+      white_space: style.whiteSpace, word_break: style.wordBreak, overflow_wrap: style.overflowWrap,
+      wide: over(code), scrolls: scrolls(code), text: describe(pre),
+    });
+    if ((over(code) && !scrolls(code)) || (over(pre) && !scrolls(pre))) {
       blocks.push({kind: 'pre', width: code.scrollWidth, visible: code.clientWidth, text: describe(pre)});
     }
   }
@@ -83,6 +92,7 @@ MEASURE_JS = """
     pre: document.querySelectorAll('.md-content pre').length,
     tables: document.querySelectorAll('.md-content table').length,
     overflowing: blocks,
+    code_blocks: codeBlocks,
     images: images,
     copied_prompts: prompts,
     text: article.innerText,
@@ -238,6 +248,28 @@ def test_no_code_block_or_table_overflows_on_a_phone(measured_on_a_phone: dict[s
     }
     total = sum(len(v) for v in found.values())
     assert not found, f"{total} blocks wider than their container at {PHONE_WIDTH}px:\n{_report(found)}"
+
+
+def test_wide_code_blocks_scroll_and_keep_their_lines_on_a_phone(
+    measured_on_a_phone: dict[str, dict[str, Any]],
+) -> None:
+    """At 390 px a code block wider than the column scrolls horizontally (scrollWidth > clientWidth, overflow-x
+    auto) and never wraps: every block's computed white-space is ``pre`` (no continuation line at column 0), and
+    no block may break a name (word-break keep-all, overflow-wrap normal)."""
+    blocks = [(page, b) for page, m in measured_on_a_phone.items() for b in m["code_blocks"]]
+    assert blocks, "the site has code blocks"
+    wrapping = [f"{page}: {b['white_space']} {b['text']!r}" for page, b in blocks if b["white_space"] != "pre"]
+    assert not wrapping, "code blocks that wrap their lines:\n" + "\n".join(wrapping)
+    splitting = [
+        f"{page}: {b['word_break']}/{b['overflow_wrap']} {b['text']!r}"
+        for page, b in blocks
+        if (b["word_break"], b["overflow_wrap"]) != ("keep-all", "normal")
+    ]
+    assert not splitting, "code blocks that may split a name:\n" + "\n".join(splitting)
+    wide = [(page, b) for page, b in blocks if b["wide"]]
+    assert wide, f"no code block is wider than a {PHONE_WIDTH}px column: this test would show nothing"
+    stuck = [f"{page}: {b['text']!r}" for page, b in wide if not b["scrolls"]]
+    assert not stuck, "wide code blocks that do not scroll:\n" + "\n".join(stuck)
 
 
 def test_no_raw_sphinx_roles(measured: dict[str, dict[str, Any]]) -> None:

@@ -468,7 +468,8 @@ def _fabric_setup(fabric: Any, backend: str) -> tuple[Any, Any]:
     if backend == "deepspeed":
         return fabric.setup(net, torch.optim.AdamW(net.parameters(), lr=3e-3))
     model = fabric.setup_module(net)
-    return model, fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=3e-3))
+    half = any(p.dtype == torch.float16 for p in model.parameters())  # 16-true: eps=1e-8 rounds to 0 in float16
+    return model, fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=3e-3, eps=1e-4 if half else 1e-8))
 
 
 def _fabric_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:

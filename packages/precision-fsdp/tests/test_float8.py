@@ -74,7 +74,8 @@ def test_without_torchao_it_is_an_install_hint(fsdp2_on_cpu: None) -> None:
     from precision_base.registry import install_command
 
     line = install_command("precision-fsdp", "fp8")  # for where this copy came from (issue 21): checkout or index
-    assert line.startswith("pip install ") and line.endswith('precision-fsdp[fp8]"')
+    assert line.startswith("pip install ")
+    assert line.endswith('precision-fsdp[fp8]"')
     assert f"Float8UnavailableError fsdp:fp8-tensorwise needs torchao: {line} (it brings torchao)" in out
 
 

@@ -48,6 +48,9 @@ BASE = next(iter(PACKAGES.values()))
 PYTHON = str(MATRIX["python"]["default"])
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis", "jsonargparse[signatures]>=4.27", "hatchling>=1.21", "build"]
 DS_ENV = {"DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
+# Real architectures built from configs (transformers' Llama, Mixtral, BERT, T5, ResNet): test dependencies of the CI
+# cells, the integration session and the zoo only; elsewhere in the matrix those tests skip, saying so.
+MODEL_DEPS = ["transformers>=5.3,<5.4"]
 DISCARD_VENVS = os.environ.get("NOX_DISCARD_VENVS") == "1"
 WATCHED = [
     "torch",
@@ -118,7 +121,7 @@ def define_cells(pkg: Package) -> None:
     @discarded
     def tests(session: nox.Session, cell: matrix.Cell) -> None:
         with matrix.reporting(session.name, cell) as report:
-            env = install_cell(session, cell, pkg, *TEST_DEPS)
+            env = install_cell(session, cell, pkg, *TEST_DEPS, *(MODEL_DEPS if cell == ci else []))
             run_pytest(session, report, matrix.test_paths(pkg, MATRIX), env)
 
     tests.__doc__ = f"{pkg.dist}'s tests in one version cell (report: build/matrix/reports/)."
@@ -158,7 +161,7 @@ def integration(session: nox.Session) -> None:
 
     Files that matrix cells run (``[tests]`` in tools/matrix.toml) are left to them: the CI cells run them too.
     """
-    env = everything(session, *TEST_DEPS)
+    env = everything(session, *TEST_DEPS, *MODEL_DEPS)
     in_cells = {path for paths in MATRIX.get("tests", {}).values() for path in paths}
     ignore = [f"--ignore={path}" for path in sorted(in_cells) if path.startswith("tests-integration/")]
     ignore.append("--ignore=tests-integration/zoo")  # the zoo sessions below, with their own test dependencies
@@ -168,8 +171,8 @@ def integration(session: nox.Session) -> None:
 
 # The model zoo's libraries: test dependencies of the zoo sessions only (the packages never depend on them).
 # litgpt 0.5.13 requires huggingface-hub<1.4, transformers 5.3 huggingface-hub>=1.3 (their metadata); pip resolved
-# `litgpt transformers>=5` to transformers 5.3.0, hence transformers below 5.4.
-ZOO_DEPS = ["transformers>=5.3,<5.4", "litgpt==0.5.13"]
+# `litgpt transformers>=5` to transformers 5.3.0, hence transformers below 5.4 (MODEL_DEPS, defined above).
+ZOO_DEPS = [*MODEL_DEPS, "litgpt==0.5.13"]
 
 
 def run_zoo(session: nox.Session, which: str) -> None:

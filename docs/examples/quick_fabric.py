@@ -1,5 +1,7 @@
 """The same name with Lightning Fabric: ``precision_base.Fabric`` is ``lightning.fabric.Fabric`` with
-``precision_plugin=``. Runs as written on a CPU-only machine."""
+``precision_plugin=``. Runs as written on a CPU-only machine. The model is set up first and the optimizer made from
+the set-up (sharded) model's parameters: FSDP2 replaces every parameter, so an optimizer made before it would hold
+stale ones (``fabric.setup(model, optimizer)`` is refused with ``StaleOptimizerError``)."""
 
 import torch
 
@@ -9,8 +11,8 @@ if __name__ == "__main__":
     fabric = Fabric(precision_plugin="fsdp:bf16-mixed")
     fabric.launch()
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = fabric.setup(model, optimizer)
+    model = fabric.setup_module(model)
+    optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-3))
     for _ in range(4):
         x = torch.randn(8, 16, device=fabric.device)
         loss = torch.nn.functional.mse_loss(model(x).float(), x[:, :1])

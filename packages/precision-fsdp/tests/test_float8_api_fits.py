@@ -35,50 +35,10 @@ def _runs_module() -> Any:
     return _fp8_runs
 
 
-def bias_free(student: Any) -> Any:
-    """The fp8 fits' Student with its three middle 512x512 Linear layers bias-free: torchao 0.18's MXFP8 weight
-    wrapper drops a Linear's bias, so the plugin converts only bias-free layers to MXFP8."""
-    from torch import nn
-
-    for index in (2, 4, 6):
-        student.net[index] = nn.Linear(student.net[index].in_features, student.net[index].out_features, bias=False)
-    return student
-
-
 def rank_fit(args: dict[str, Any]) -> dict[str, Any] | None:
-    """Rank code: the same fit under each spec (bias-free middle layers), counting FSDP2's all-gathers."""
-    import torch
-    from lightning.pytorch import seed_everything
-
-    import precision_base
-    from precision_base.testing.launch import world_size
-    from precision_base.testing.models import QUIET
-
-    runs = _runs_module()
-    torch.set_num_threads(1)
-    out: dict[str, Any] = {}
-    for spec in args["specs"]:
-        world_size()
-        seed_everything(2)
-        options = {"fp8_emulate": True} if "fp8" in spec else {}
-        model, counter = bias_free(runs.Student()), runs.AllGatherBytes()
-        trainer = precision_base.Trainer(
-            precision_plugin=precision_base.resolve(spec, **options),
-            accelerator="cpu",
-            devices=2,
-            max_steps=int(args["steps"]),
-            callbacks=[counter],
-            **QUIET,
-        )
-        trainer.fit(model)
-        out[spec] = {
-            "losses": model.losses,
-            "bytes_per_step": counter.bytes / int(args["steps"]),
-            "dtypes": sorted(counter.dtypes),
-            "converted": list(getattr(trainer.precision_plugin, "fp8_converted", [])),
-            "types": {name: type(m).__name__ for name, m in model.net.named_children() if "Linear" in type(m).__name__},
-        }
-    return out if trainer.global_rank == 0 else None
+    """Rank code: the fp8 fits' run (``_fp8_runs.fit``) under each spec with bias-free middle layers."""
+    result: dict[str, Any] | None = _runs_module().fit({**args, "bias_free": True})
+    return result
 
 
 def rank_resume(args: dict[str, Any]) -> dict[str, Any] | None:
@@ -95,7 +55,7 @@ def rank_resume(args: dict[str, Any]) -> dict[str, Any] | None:
     root = args["root"]
     world_size()
     seed_everything(2)
-    full = bias_free(runs.Student(samples=128))
+    full = runs.bias_free(runs.Student(samples=128))
     ckpt = ModelCheckpoint(dirpath=f"{root}/ckpt", every_n_epochs=1, save_top_k=-1, save_on_train_epoch_end=True)
     trainer = runs._trainer("fsdp:mxfp8-rceil", 2, root, [ckpt])
     trainer.fit(full)
@@ -110,7 +70,7 @@ def rank_resume(args: dict[str, Any]) -> dict[str, Any] | None:
     for name, spec in (("resumed", "fsdp:mxfp8-rceil"), ("as_bf16", "fsdp:bf16-mixed")):
         world_size()
         seed_everything(2)
-        model = bias_free(runs.Student(samples=128))
+        model = runs.bias_free(runs.Student(samples=128))
         runs._trainer(spec, 2, root, []).fit(model, ckpt_path=f"{root}/ckpt/epoch=0-step=2.ckpt")
         out[name] = model.losses
     return out if trainer.global_rank == 0 else None

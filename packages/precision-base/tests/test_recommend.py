@@ -10,7 +10,7 @@ from precision_base.cli import main
 from precision_base.recommend import MachineFacts, Recommendation, read_machine, recommend
 from precision_base.spec import PRECISIONS
 
-FSDP = (*PRECISIONS, "fp8-tensorwise", "fp8-rowwise")
+FSDP = (*PRECISIONS, "fp8-tensorwise", "fp8-rowwise", "mxfp8-rceil")
 BOTH = {"fsdp": FSDP, "deepspeed": PRECISIONS}
 
 
@@ -77,7 +77,8 @@ def test_h100_with_torchao_offers_fp8_as_an_alternative() -> None:
     alternatives = _alternatives(result)
     assert alternatives["fsdp:fp8-tensorwise"].startswith("float8 matmuls for large Linear layers")
     assert "fsdp:fp8-rowwise" in alternatives
-    assert not [spec for spec in _ruled_out(result) if "fp8" in spec]
+    assert not [spec for spec in _ruled_out(result) if spec.startswith("fsdp:fp8-")]
+    assert _ruled_out(result)["fsdp:mxfp8-rceil"].startswith("needs compute capability 10.0+ for MXFP8")
 
 
 def test_h100_without_torchao_rules_fp8_out() -> None:
@@ -139,3 +140,33 @@ def test_command_prints_the_suggestion(capsys: pytest.CaptureFixture[str]) -> No
     assert set(data) == {"spec", "reasons", "alternatives", "ruled_out", "facts"}
     main(["recommend"])
     assert capsys.readouterr().out.startswith(f"suggested: {data['spec'] or 'none'}")  # none: no backend installed
+
+
+@pytest.mark.parametrize(
+    ("facts", "why"),
+    [
+        (
+            MachineFacts(cpu_bf16=True, backends=BOTH, torchao="0.18.0"),
+            "needs a CUDA GPU with MXFP8 (compute capability",
+        ),
+        (
+            MachineFacts(cuda_capability=(9, 0), gpu_name="NVIDIA H100", gpu_count=1, backends=BOTH, torchao="0.18.0"),
+            "needs compute capability 10.0+ for MXFP8 matmuls (B200, ...), this GPU has 9.0",
+        ),
+        (
+            MachineFacts(cuda_capability=(10, 0), gpu_name="NVIDIA B200", gpu_count=1, backends=BOTH),
+            'needs torchao (pip install "precision-fsdp[fp8]")',
+        ),
+    ],
+)
+def test_mxfp8_is_ruled_out_below_blackwell_or_without_torchao(facts: MachineFacts, why: str) -> None:
+    assert _ruled_out(recommend(facts))["fsdp:mxfp8-rceil"].startswith(why)
+
+
+def test_blackwell_with_torchao_offers_mxfp8_and_fp8_as_alternatives() -> None:
+    facts = MachineFacts(cuda_capability=(10, 0), gpu_name="NVIDIA B200", gpu_count=1, backends=BOTH, torchao="0.18.0")
+    result = recommend(facts)
+    assert result.spec == "fsdp:bf16-mixed"
+    alternatives = _alternatives(result)
+    assert alternatives["fsdp:mxfp8-rceil"].startswith("MXFP8 matmuls (float8 with a scale per 32 values)")
+    assert "fsdp:fp8-tensorwise" in alternatives

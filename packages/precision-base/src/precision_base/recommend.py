@@ -7,8 +7,9 @@ facts (imports torch; the registry reads metadata only). The rules, in order:
 * **precision**: on a GPU, ``bf16-mixed`` from compute capability 8.0 (Ampere) on, else ``16-mixed`` (a loss scaler
   keeps fp16 gradients from underflowing); on a CPU, ``bf16-mixed`` where it computes bfloat16 natively
   (AVX512-BF16 or AMX), else ``32-true`` (torch emulates bfloat16 there, slower than float32). ``*-true`` and
-  ``fp8-*`` are never the suggestion: they are alternatives where they can run (``*-true`` has no float32 master
-  weights; fp8 pays off only for large Linear layers, on compute capability 8.9+ with torchao);
+  ``fp8-*`` / ``mxfp8-*`` are never the suggestion: they are alternatives where they can run (``*-true`` has no
+  float32 master weights; fp8 pays off only for large Linear layers, on compute capability 8.9+ with torchao; MXFP8
+  needs 10.0+, Blackwell);
 * **backend**: ``fsdp`` when installed (FSDP2 runs on CPU and GPU), else ``deepspeed``, else any other installed
   backend that offers the precision.
 
@@ -28,6 +29,7 @@ PREFERRED_BACKENDS: tuple[str, ...] = ("fsdp", "deepspeed")
 """Backends in the order they are preferred; others follow, sorted by name."""
 
 FP8_CAPABILITY: tuple[int, int] = (8, 9)
+MXFP8_CAPABILITY: tuple[int, int] = (10, 0)
 BF16_CAPABILITY: tuple[int, int] = (8, 0)
 
 
@@ -151,6 +153,17 @@ def _precision(facts: MachineFacts) -> tuple[str, str]:
 def _cannot_run(facts: MachineFacts, precision: str) -> Optional[str]:
     """Why ``precision`` cannot run on this machine's device (any backend), or ``None``."""
     gpu = facts.cuda_capability
+    if precision.startswith("mxfp8-"):
+        if facts.torchao is None:
+            return 'needs torchao (pip install "precision-fsdp[fp8]")'
+        if gpu is None:
+            return (
+                "needs a CUDA GPU with MXFP8 (compute capability 10.0+, Blackwell); on a CPU torchao only emulates it "
+                "(tests only)"
+            )
+        if gpu < MXFP8_CAPABILITY:
+            return "needs compute capability 10.0+ for MXFP8 matmuls (B200, ...), this GPU has {}.{}".format(*gpu)
+        return None
     if precision.startswith("fp8-"):
         if facts.torchao is None:
             return 'needs torchao (pip install "precision-fsdp[fp8]")'
@@ -189,6 +202,10 @@ def _alternative_reason(precision: str) -> str:
         return (
             "float8 matmuls for large Linear layers (thousands wide), the rest bf16-mixed; slower than bf16-mixed "
             "for small ones"
+        )
+    if precision.startswith("mxfp8-"):
+        return (
+            "MXFP8 matmuls (float8 with a scale per 32 values) for large bias-free Linear layers, the rest bf16-mixed"
         )
     return "also runs here"
 
@@ -229,7 +246,7 @@ def recommend(facts: MachineFacts) -> Recommendation:
                 ruled_out.append(Choice(spec, why_not))
             elif offered == precision:
                 alternatives.append(Choice(spec, f"the same precision through {name} instead of {backend}"))
-            elif offered in PRECISIONS or offered.startswith("fp8-"):
+            elif offered in PRECISIONS or offered.startswith(("fp8-", "mxfp8-")):
                 alternatives.append(Choice(spec, _alternative_reason(offered)))
             else:
                 alternatives.append(Choice(spec, "offered by the backend; not judged here"))

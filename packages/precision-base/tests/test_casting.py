@@ -47,3 +47,22 @@ def test_default_dtype_restores_even_on_error() -> None:
         fail_inside()
     assert seen == [torch.float16]
     assert torch.get_default_dtype() == before
+
+
+def test_cast_floating_returns_a_tensor_already_in_the_dtype_itself() -> None:
+    x, ids = torch.ones(2), torch.arange(2)
+    out = cast_floating((x, ids), torch.float32)
+    assert out[0] is x
+    assert out[1] is ids
+    assert cast_floating(x, torch.bfloat16) is not x
+
+
+def test_default_dtype_restores_what_was_before_when_the_block_set_another() -> None:
+    before = torch.get_default_dtype()
+    with default_dtype(before):  # already in effect: still restored after the block changed it
+        torch.set_default_dtype(torch.float64)
+    assert torch.get_default_dtype() == before
+    with default_dtype(torch.float16):
+        torch.set_default_dtype(before)
+        assert torch.empty(1).dtype == before
+    assert torch.get_default_dtype() == before

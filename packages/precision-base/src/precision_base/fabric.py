@@ -17,7 +17,6 @@ Importing this module imports no torch or Lightning module; each call imports th
 
 from __future__ import annotations
 
-import importlib
 import warnings
 import weakref
 from typing import Any, Optional
@@ -44,9 +43,8 @@ from precision_base.front_door import (
     door_namespace,
     resolve_name_in_plugins,
 )
-from precision_base.namespaces import FABRIC_NAMESPACES, for_namespace, lightning_root, namespace_of
-from precision_base.registry import check_precision, get_entry, get_plugin_class
-from precision_base.spec import parse_spec
+from precision_base.namespaces import FABRIC_NAMESPACES, lightning_root, namespace_of
+from precision_base.registry import get_plugin_class, resolve
 
 # the plugin types Lightning Fabric's connector names when it refuses an entry of plugins=
 _FABRIC_PLUGIN_TYPES = "Precision, CheckpointIO, ClusterEnvironment"
@@ -74,50 +72,27 @@ class FabricNotSupportedError(PrecisionPluginError, ValueError):
 
 
 def fabric_class(backend: str) -> type:
-    """The Fabric plugin class ``backend`` registers (``PluginInfo.fabric_class``), imported and checked.
+    """The Fabric plugin class ``backend`` registers (``PluginInfo.fabric_class``), imported and checked: the
+    registry's one class lookup, for the Fabric door (:func:`precision_base.registry.get_plugin_class`).
 
     Raises:
         FabricNotSupportedError: the backend has no Fabric class.
         PrecisionPluginError: what :func:`precision_base.resolve` raises for a backend that cannot be used, or the
             class is not a :class:`~precision_base.PrecisionPlugin` built on a Fabric precision class.
     """
-    trainer_class = get_plugin_class(backend)  # requirement, contract and import checks of the backend
-    entry = get_entry(backend)
-    assert entry.info is not None
-    ref = entry.info.fabric_class
-    if not ref:
-        raise FabricNotSupportedError(
-            f"precision backend {backend!r} ({entry.distribution} {entry.version}) offers no plugin class for "
-            f"Lightning Fabric (its PluginInfo has no fabric_class); it works with the Trainer only: "
-            f"precision_base.Trainer(precision_plugin='{backend}:<precision>'), class "
-            f"{trainer_class.__module__}.{trainer_class.__qualname__}."
-        )
-    module_name, _, qualname = ref.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not (isinstance(obj, type) and issubclass(obj, PrecisionPlugin) and door_of(obj) == "Fabric"):
-        raise PrecisionPluginError(
-            f"precision backend {backend!r} ({entry.distribution} {entry.version}): fabric_class {ref} is not a "
-            "precision_base.PrecisionPlugin built on a lightning.fabric precision class"
-        )
-    return obj
+    return get_plugin_class(backend, door="Fabric")
 
 
 def resolve_fabric(spec: object, *, namespace: str = "lightning.fabric", **options: Any) -> Any:
-    """Like :func:`precision_base.resolve`, but the instance is the backend's Fabric class, built for ``namespace``
-    (``"lightning.fabric"`` or ``"lightning_fabric"``); ``options`` go to its constructor (the same options as the
-    Trainer class takes).
+    """:func:`precision_base.resolve` at the Fabric door: the instance is the backend's Fabric class, built for
+    ``namespace`` (``"lightning.fabric"`` or ``"lightning_fabric"``); ``options`` go to its constructor (the same
+    options as the Trainer class takes). The same checks, in the same order, as the Trainer door.
 
     Raises:
         FabricNotSupportedError: the backend has no Fabric class.
         PrecisionPluginError: everything :func:`precision_base.resolve` raises.
     """
-    if namespace not in FABRIC_NAMESPACES:
-        raise ValueError(f"namespace must be one of {FABRIC_NAMESPACES}, got {describe(namespace)}")
-    parsed = parse_spec(spec)
-    check_precision(get_entry(parsed.backend), parsed.precision)  # the same answer as resolve() and the Trainer
-    return for_namespace(fabric_class(parsed.backend), namespace)(parsed.precision, **options)
+    return resolve(spec, door="Fabric", namespace=namespace, **options)
 
 
 def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any:

@@ -90,10 +90,10 @@ def _counterpart(base: type, namespace: str) -> type:
         # not a Lightning class itself: rebuild it too if Lightning classes sit under it, else keep it
         has_lightning = any(_translated_module(k.__module__, namespace) is not None for k in base.__mro__)
         return for_namespace(base, namespace) if has_lightning else base
-    obj: Any = importlib.import_module(target_module)
+    from precision_base.loading import load_class
+
     try:
-        for part in base.__qualname__.split("."):
-            obj = getattr(obj, part)
+        obj: Any = load_class(f"{target_module}:{base.__qualname__}")
     except AttributeError:
         raise TypeError(
             f"cannot build {base.__module__}.{base.__qualname__} for {namespace}: {target_module} has no "

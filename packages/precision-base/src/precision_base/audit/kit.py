@@ -13,7 +13,6 @@ Trainer was built (e.g. DeepSpeed's fp16 on a CPU without fp16 kernels), before 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import torch
@@ -21,15 +20,13 @@ import torch
 import precision_base
 from precision_base.audit.callback import PrecisionAudit
 from precision_base.errors import PrecisionAuditError, PrecisionPluginError
+from precision_base.loading import load_class
 from precision_base.testing.launch import world_size
 from precision_base.testing.models import QUIET, TinyRegressor
 
 
 def _register(fields: dict[str, Any]) -> None:
-    module, _, qualname = fields.pop("class_ref").partition(":")
-    cls: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
+    cls = load_class(fields.pop("class_ref"))
     values: dict[str, Any] = {
         k: tuple(map(tuple, v)) if k == "extra_precisions" else tuple(v) if isinstance(v, list) else v
         for k, v in fields.items()

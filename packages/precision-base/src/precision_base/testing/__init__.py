@@ -2,7 +2,7 @@
 
 Usage, in a plugin package's tests::
 
-    from precision_base.testing import PluginConformance
+    from precision_base.testing import FabricPluginConformance, PluginConformance
 
     class TestMyPluginConformance(PluginConformance):
         backend = "mybackend"          # the entry-point name the plugin registers
@@ -20,7 +20,7 @@ Helpers for the project's own tests, benchmarks and examples, each imported expl
 
 from typing import Any
 
-__all__ = ["PluginConformance"]
+__all__ = ["FabricPluginConformance", "PluginConformance"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +29,8 @@ def __getattr__(name: str) -> Any:
         from precision_base.testing.conformance import PluginConformance
 
         return PluginConformance
+    if name == "FabricPluginConformance":
+        from precision_base.testing.fabric_conformance import FabricPluginConformance
+
+        return FabricPluginConformance
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,8 @@ import pytest
 
 from precision_base.contract import CONTRACT_VERSION, DtypeTable, PluginInfo, PrecisionPlugin
 from precision_base.errors import InvalidSpecError, UnsupportedPrecisionError
-from precision_base.registry import _lightning_before_mixin, default_registry, get_entry, resolve
+from precision_base.loading import load_class
+from precision_base.registry import default_registry, get_entry, lightning_before_mixin, resolve
 from precision_base.spec import MIXED_PRECISIONS, PRECISIONS
 
 PRECISION_DTYPE: dict[str, str] = {
@@ -65,8 +66,8 @@ def _assert_same_state(left: Any, right: Any, where: str = "state") -> None:
         assert left == right, f"{where}: {left!r} != {right!r}"
 
 
-class PluginConformance:
-    """Subclass this in a test module and set ``backend``; pytest collects the checks below."""
+class ConformanceChecks:
+    """The checks both kits run (:class:`PluginConformance`, ``FabricPluginConformance``); subclass one of those."""
 
     backend: ClassVar[str]
     plugin_info: ClassVar[Optional[PluginInfo]] = None
@@ -74,11 +75,6 @@ class PluginConformance:
     module_cast_by_strategy: ClassVar[bool] = False
     """Set True only when the strategy, not the plugin, casts the module to the compute dtype (DeepSpeed's engine
     does): the compute check then casts the module itself, standing in for the strategy."""
-    audit_fit: ClassVar[bool] = False
-    """Set True to run :meth:`test_strict_audit_of_a_real_two_process_fit` (2 CPU processes, 20-60 s); off by
-    default so that the kit's other checks stay fast (the check then reports itself skipped, saying so)."""
-    audit_fit_precisions: ClassVar[tuple[str, ...]] = ()
-    """The precisions the audited 2-process fit runs; ``()`` (the default): every declared one."""
 
     # -- collection -------------------------------------------------------------------------------------
     @classmethod
@@ -151,14 +147,9 @@ class PluginConformance:
         if cls is None:  # imported directly: resolve() would refuse a class in the wrong order before we see it
             info = get_entry(self.backend).info
             assert info is not None, f"backend {self.backend!r} has no PluginInfo"
-            import importlib
-
-            module, _, qualname = info.plugin_class.partition(":")
-            cls = importlib.import_module(module)
-            for part in qualname.split("."):
-                cls = getattr(cls, part)
+            cls = load_class(info.plugin_class)
         assert isinstance(cls, type), f"{cls!r} is not a class"
-        wrong = _lightning_before_mixin(cls)
+        wrong = lightning_before_mixin(cls)
         assert wrong is None, (
             f"{cls.__qualname__} lists {wrong.__module__}.{wrong.__qualname__} before precision_base.PrecisionPlugin "
             "in its bases (MRO), so PrecisionPlugin.connect() never runs and autocast stays on the wrong device; "
@@ -350,6 +341,24 @@ class PluginConformance:
         fresh.load_state_dict(state)
         _assert_same_state(fresh.state_dict(), state)
 
+    def test_pickles(self, plugin: Any, table: DtypeTable) -> None:
+        clone = pickle.loads(pickle.dumps(plugin))
+        assert type(clone) is type(plugin), f"unpickled as {type(clone)}, expected {type(plugin)}"
+        assert clone.precision == plugin.precision, f"unpickled precision {clone.precision!r} != {plugin.precision!r}"
+        assert clone.dtypes() == table, "dtypes() differ after pickling"
+        _assert_same_state(clone.state_dict(), plugin.state_dict())
+
+
+class PluginConformance(ConformanceChecks):
+    """Subclass this in a test module and set ``backend``; pytest collects the checks below (those of
+    :class:`ConformanceChecks`, run on the backend's Trainer class) and the opt-in audited Trainer fit."""
+
+    audit_fit: ClassVar[bool] = False
+    """Set True to run :meth:`test_strict_audit_of_a_real_two_process_fit` (2 CPU processes, 20-60 s); off by
+    default so that the kit's other checks stay fast (the check then reports itself skipped, saying so)."""
+    audit_fit_precisions: ClassVar[tuple[str, ...]] = ()
+    """The precisions the audited 2-process fit runs; ``()`` (the default): every declared one."""
+
     @pytest.mark.slow
     def test_strict_audit_of_a_real_two_process_fit(self) -> None:
         """Every declared precision (``audit_fit_precisions`` narrows them) fits 2 steps in 2 CPU processes under
@@ -387,9 +396,5 @@ class PluginConformance:
             report = results[precision]
             assert report["report"]["ok"], f"{self.backend}:{precision}:\n{report['text']}"
 
-    def test_pickles(self, plugin: Any, table: DtypeTable) -> None:
-        clone = pickle.loads(pickle.dumps(plugin))
-        assert type(clone) is type(plugin), f"unpickled as {type(clone)}, expected {type(plugin)}"
-        assert clone.precision == plugin.precision, f"unpickled precision {clone.precision!r} != {plugin.precision!r}"
-        assert clone.dtypes() == table, "dtypes() differ after pickling"
-        _assert_same_state(clone.state_dict(), plugin.state_dict())
+
+__all__ = ["ConformanceChecks", "PluginConformance"]

@@ -2,20 +2,21 @@
 
 Usage, in a plugin package's tests, next to :class:`~precision_base.testing.PluginConformance`::
 
-    from precision_base.testing.fabric_conformance import FabricPluginConformance
+    from precision_base.testing import FabricPluginConformance
 
     class TestMyFabricConformance(FabricPluginConformance):
         backend = "mybackend"
 
-Every check of :class:`~precision_base.testing.PluginConformance` runs against the Fabric class built by
+Every shared check (:class:`~precision_base.testing.conformance.ConformanceChecks`, which
+:class:`~precision_base.testing.PluginConformance` runs too) runs against the Fabric class built by
 :func:`precision_base.resolve_fabric` (conversions, contexts, the dtype table, state and pickling), with the
-Trainer-specific checks replaced by their Fabric counterparts, plus checks that the two classes are one
+Trainer-specific checks replaced by their Fabric counterparts (the Trainer kit's audited ``Trainer.fit`` is not
+inherited), plus checks that the two classes are one
 implementation (the same dtype table and ``describe()``) and that each door refuses the other's class.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import pytest
@@ -23,12 +24,16 @@ import pytest
 from precision_base.contract import PrecisionPlugin
 from precision_base.doors import WrongDoorError, door_of
 from precision_base.fabric import fabric_class, resolve_fabric
-from precision_base.registry import _lightning_before_mixin, get_entry, resolve
-from precision_base.testing.conformance import PluginConformance
+from precision_base.loading import load_class
+from precision_base.registry import get_entry, lightning_before_mixin, resolve
+from precision_base.testing.conformance import ConformanceChecks
 
 
-class FabricPluginConformance(PluginConformance):
-    """Subclass this in a test module and set ``backend``; pytest collects the checks below, once per precision."""
+class FabricPluginConformance(ConformanceChecks):
+    """Subclass this in a test module and set ``backend``; pytest collects the checks below, once per precision.
+
+    It shares the checks of :class:`~precision_base.testing.conformance.ConformanceChecks` with the Trainer kit, not
+    the Trainer kit's audited ``Trainer.fit`` (that one is :class:`~precision_base.testing.PluginConformance`'s)."""
 
     @pytest.fixture
     def plugin_cls(self) -> Any:
@@ -66,11 +71,8 @@ class FabricPluginConformance(PluginConformance):
 
     def test_bases_in_order(self) -> None:
         """The PrecisionPlugin mixin must come before Fabric's Precision in the Fabric class's bases too."""
-        module, _, qualname = self._declared_fabric_class().partition(":")
-        cls: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-        wrong = _lightning_before_mixin(cls)
+        cls: Any = load_class(self._declared_fabric_class())
+        wrong = lightning_before_mixin(cls)
         assert wrong is None, (
             f"{cls.__qualname__} lists {wrong.__module__}.{wrong.__qualname__} before precision_base.PrecisionPlugin"
         )

@@ -24,6 +24,7 @@ Besides the user's entries, two **default rules** (each off unless the plugin tu
 from __future__ import annotations
 
 import fnmatch
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional, Union
 
@@ -249,6 +250,34 @@ def install_fp32_forward(
 
     module.register_forward_pre_hook(before, with_kwargs=True)
     module.register_forward_hook(after, with_kwargs=True, always_call=True)
+
+
+#: Callbacks of :func:`watch_forward_parameters`, by handle number.
+_FORWARD_PARAMETER_WATCHERS: dict[int, Callable[[torch.nn.Module], None]] = {}
+_WATCH_KEYS = itertools.count(1)
+
+
+def watch_forward_parameters(callback: Callable[[torch.nn.Module], None]) -> Callable[[], None]:
+    """Have ``callback(module)`` called from inside the ``forward`` of every module whose forward runs with other
+    tensors in place of its own parameters (a plugin that computes a kept module in float32 from float32 copies of
+    half-precision parameters, e.g. DeepSpeed's native mode): called after the swap, while
+    ``module.parameters(recurse=False)`` yields the tensors the forward really uses. A forward pre-hook cannot see
+    them (it runs before the swap). Returns the function that stops the watch. For observers such as
+    :class:`precision_base.PrecisionAudit`."""
+    key = next(_WATCH_KEYS)
+    _FORWARD_PARAMETER_WATCHERS[key] = callback
+
+    def stop() -> None:
+        _FORWARD_PARAMETER_WATCHERS.pop(key, None)
+
+    return stop
+
+
+def forward_parameters_swapped(module: torch.nn.Module) -> None:
+    """Tell every :func:`watch_forward_parameters` callback that ``module``'s forward now holds the parameters it
+    computes with; call it inside ``forward``, right after the swap."""
+    for callback in list(_FORWARD_PARAMETER_WATCHERS.values()):
+        callback(module)
 
 
 def iter_kept(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]:

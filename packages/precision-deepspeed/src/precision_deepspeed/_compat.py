@@ -13,10 +13,11 @@ Importing this module imports none of torch, Lightning and DeepSpeed; its functi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -100,6 +101,12 @@ FENCED: tuple[Fenced, ...] = (
         "CPU strategy: refuse a checkpoint of another precision mode first",
     ),
     Fenced(_LDS, "DeepSpeedStrategy._format_config", ("self",), "the plugin's section goes in before Lightning's"),
+    Fenced(
+        _LDS,
+        "remove_module_hooks",
+        ("model",),
+        "CPU strategy: evaluation after fit removes only DeepSpeed's hooks, not the user's (module_hooks_kept)",
+    ),
     Fenced(_LDS, "DeepSpeedStrategy._init_config_if_needed", ("self",), "Lightning formats its config once"),
     Fenced(
         _LDS,
@@ -246,6 +253,66 @@ def reset_seed(strategy: Any) -> None:
 def init_deepspeed_distributed(strategy: Any) -> None:
     """Lightning's ``DeepSpeedStrategy._init_deepspeed_distributed``: start DeepSpeed's process group."""
     strategy._init_deepspeed_distributed()
+
+
+#: ``torch.nn.Module``'s private tables of per-module hooks, and the side tables keyed by the same handle ids.
+_HOOK_TABLES = (
+    ("_forward_pre_hooks", ("_forward_pre_hooks_with_kwargs",)),
+    ("_forward_hooks", ("_forward_hooks_with_kwargs", "_forward_hooks_always_called")),
+    ("_backward_pre_hooks", ()),
+    ("_backward_hooks", ()),
+    ("_state_dict_pre_hooks", ()),
+    ("_state_dict_hooks", ()),
+    ("_load_state_dict_pre_hooks", ()),
+    ("_load_state_dict_post_hooks", ()),
+)
+
+
+def _defined_in_deepspeed(hook: Any) -> bool:
+    """Whether ``hook`` (a function, bound method, ``functools.partial`` or torch's hook wrapper) is DeepSpeed's."""
+    for _ in range(8):  # unwrap partials / torch's _WrappedHook / bound methods, a few levels at most
+        inner = getattr(hook, "func", None) or getattr(hook, "hook", None) or getattr(hook, "__func__", None)
+        if inner is None or inner is hook:
+            break
+        hook = inner
+    module = getattr(hook, "__module__", None) or type(hook).__module__
+    return isinstance(module, str) and (module == "deepspeed" or module.startswith("deepspeed."))
+
+
+def remove_deepspeed_hooks(model: Any) -> int:
+    """Remove, from every module in ``model``, the hooks DeepSpeed registered (those whose function is defined in a
+    ``deepspeed`` module: the engine's forward prologue/epilogue, ZeRO-3's gather/release and leaf-module hooks,
+    the dataloader check) and keep every other hook (the user's, Hugging Face's output recorders, the plugin's
+    keep_fp32 forward). Touches torch's private per-module hook tables. Returns how many hooks were removed."""
+    removed = 0
+    for module in model.modules():
+        for table_name, side_names in _HOOK_TABLES:
+            table = getattr(module, table_name, None)
+            if not table:
+                continue
+            for key in [k for k, hook in table.items() if _defined_in_deepspeed(hook)]:
+                del table[key]
+                for side_name in side_names:
+                    getattr(module, side_name, {}).pop(key, None)
+                removed += 1
+        if not getattr(module, "_backward_hooks", None):
+            module._is_full_backward_hook = None
+    return removed
+
+
+@contextlib.contextmanager
+def module_hooks_kept(strategy: Any) -> Iterator[None]:
+    """Within the block, Lightning's ``remove_module_hooks`` (which
+    ``DeepSpeedStrategy._initialize_deepspeed_inference`` calls before it builds the evaluation engine, and which
+    empties *every* hook table of every module) removes only DeepSpeed's hooks (:func:`remove_deepspeed_hooks`), in
+    the strategy's Lightning namespace."""
+    module: Any = importlib.import_module(_root_of(strategy) + ".strategies.deepspeed")
+    original = module.remove_module_hooks
+    module.remove_module_hooks = remove_deepspeed_hooks
+    try:
+        yield
+    finally:
+        module.remove_module_hooks = original
 
 
 def config_formatted(strategy: Any) -> bool:
@@ -439,11 +506,14 @@ def _forward_with_fp32_parameters(self: Any, *args: Any, **kwargs: Any) -> Any:
     """
     import torch
 
+    from precision_base.keep_fp32 import forward_parameters_swapped
+
     table = self._parameters
     saved = {n: p for n, p in table.items() if p is not None and p.is_floating_point() and p.dtype != torch.float32}
     for name, param in saved.items():
         table[name] = param.float()
     try:
+        forward_parameters_swapped(self)  # observers (the audit) see the float32 copies the forward computes with
         return type(self).forward(self, *args, **kwargs)
     finally:
         table.update(saved)

@@ -269,8 +269,9 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
         else:
             buffers = "running statistics float32" if self.precision.endswith("-mixed") else f"buffers {half}"
             how = (
-                f"DeepSpeed casts their parameters to {half} like all others (master float32 in the optimizer), and "
-                f"they compute in float32: inputs and each parameter cast to float32 inside the forward, {buffers}; "
+                f"their parameters are stored {half} like all others (deepspeed.initialize casts every parameter and "
+                f"ZeRO flattens them into {half} groups; master float32 in the optimizer) and computed in float32 "
+                f"from a float32 copy of each, taken inside the forward; inputs cast to float32, {buffers}; "
                 f"outputs cast back to {half}; gradients reduced in {half}"
             )
         return tuple(f"default: {rule}; under DeepSpeed: {how}" for rule in self.keep_fp32.describe_defaults())

@@ -168,7 +168,8 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
     """Lightning's ``DeepSpeedStrategy``, usable with ``accelerator="cpu"`` (gloo, DeepSpeed's CPU accelerator).
 
     Takes every argument of ``lightning.pytorch.strategies.DeepSpeedStrategy``. On a non-CPU accelerator it
-    behaves exactly like Lightning's class. When its precision plugin is a
+    behaves like Lightning's class, except that evaluation after ``fit`` keeps the model's own (non-DeepSpeed)
+    module hooks (see :meth:`_initialize_deepspeed_inference`). When its precision plugin is a
     :class:`precision_deepspeed.DeepSpeedPrecision`, the plugin's precision section is merged into the config before
     Lightning formats it, so ZeRO-3's ``deepspeed.zero.Init`` already sees it.
     """
@@ -223,7 +224,17 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
 
     @override
     def _initialize_deepspeed_inference(self, model: Module) -> None:
-        with self._engine_rank():
+        """Lightning's evaluation engine, built after removing only DeepSpeed's own hooks from the model.
+
+        Lightning's ``DeepSpeedStrategy`` empties every hook table of every module first (so the training
+        engine's hooks do not run twice), which also deletes the hooks the model installed itself: after ``fit``,
+        ``validate``/``test``/``predict`` on the same Trainer then ran a different model (a Hugging Face
+        mixture-of-experts model lost the forward hooks that record its router logits and failed with
+        ``IndexError: tuple index out of range`` in its load-balancing loss; a ``keep_fp32`` module lost its float32
+        forward). Here only the hooks defined by DeepSpeed are removed (:func:`precision_deepspeed._compat.
+        remove_deepspeed_hooks`), on every accelerator.
+        """
+        with self._engine_rank(), _compat.module_hooks_kept(self):
             super()._initialize_deepspeed_inference(model)
 
     @override

@@ -133,7 +133,9 @@ def build_rows(
             ok = set(seen_opt.kept_params) <= {"float32"}
             rows.append(AuditRow("parameters", f"{label}, kept modules", "float32", _counted(seen_opt.kept_params), ok))
 
-    rows += _module_rows("forward parameters", ((n, s, "float32" if s.kept else forward, s.params) for n, s in modules))
+    rows += _module_rows(
+        "forward parameters", ((n, s, "float32" if s.kept else forward, s.forward_params) for n, s in modules)
+    )
     matmuls = [(n, s) for n, s in modules if s.matmul]
     rows += _module_rows(
         "autocast", ((n, s, "off" if s.kept else (table.autocast or "off"), s.autocast) for n, s in matmuls)

@@ -5,6 +5,9 @@
 * a forward pre-hook on every module: the dtype of its own parameters as the forward sees them (FSDP2 has already
   all-gathered them there, DeepSpeed has cast them), of its own floating buffers, and, on matmul modules, whether
   ``torch.autocast`` is on and with which dtype;
+* inside the forward of a module that swaps in float32 copies of its half-precision parameters (DeepSpeed's native
+  mode, kept modules), the dtype of those copies (:func:`~precision_base.keep_fp32.watch_forward_parameters`): the
+  "forward parameters" row shows them rather than the stored dtype the pre-hook saw;
 * a forward hook (run before any other forward hook of the module, so a kept module's output cast is not mistaken
   for its compute) on every matmul module (``Linear``, ``Conv*``, ``ConvTranspose*``, ``MultiheadAttention`` and
   subclasses, torchao's ``Float8Linear`` included): the dtype of its first floating output;
@@ -31,7 +34,7 @@ import torch
 
 from precision_base._compat import torch_dispatch_mode
 from precision_base.audit.collectives import CollectiveTap
-from precision_base.keep_fp32 import is_kept
+from precision_base.keep_fp32 import is_kept, watch_forward_parameters
 
 MATMUL_MODULES: tuple[type[torch.nn.Module], ...] = (
     torch.nn.Linear,
@@ -146,6 +149,15 @@ class ModuleSeen:
     autocast: set[str] = field(default_factory=set)
     float8: set[str] = field(default_factory=set)
     calls: int = 0
+    in_forward: set[str] = field(default_factory=set)
+    """Dtypes of the tensors a forward swapped in for the module's parameters, seen from inside that forward
+    (:func:`precision_base.keep_fp32.watch_forward_parameters`); empty where the forward used the parameters."""
+
+    @property
+    def forward_params(self) -> set[str]:
+        """The dtypes the module's forward computed with: the swapped-in copies where there were any, else the
+        parameters as the forward pre-hook saw them."""
+        return self.in_forward or self.params
 
 
 @dataclass
@@ -169,6 +181,13 @@ def _autocast_state(device_type: str) -> str:
         enabled = torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
         dtype = torch.get_autocast_cpu_dtype() if device_type == "cpu" else torch.get_autocast_gpu_dtype()
     return dtype_name(dtype) if enabled else "off"
+
+
+class _Unwatch:
+    """A ``remove()`` handle for :func:`precision_base.keep_fp32.watch_forward_parameters`."""
+
+    def __init__(self, stop: Any) -> None:
+        self.remove = stop
 
 
 class Recorder:
@@ -212,6 +231,15 @@ class Recorder:
             self._hook_module(name or "<root>", module, inside_kept)
         for optimizer in self.optimizers:
             self._hook_optimizer(optimizer, kept_params)
+        by_module = {id(m): self.modules[name or "<root>"] for name, m in self.model.named_modules()}
+        recorder = self
+
+        def swapped(module: torch.nn.Module) -> None:
+            seen = by_module.get(id(module))
+            if seen is not None and recorder.recording:
+                seen.in_forward.update(dtype_name(p.dtype) for p in module.parameters(recurse=False))
+
+        self._handles.append(_Unwatch(watch_forward_parameters(swapped)))
         self._wrap_convert_input()
         self.tap.install()
         self.installed = self.recording = True

@@ -8,16 +8,43 @@
 * Every ``bash`` install line that installs torch on a CPU-only machine uses PyTorch's CPU wheel index, and no install
   line puts a plugin into nox's ``.venv``.
 
-The example files themselves (``docs/examples/*.py``, embedded with ``gen:file``) are run on CPU by the tests in
-docs/examples (``nox -s docs``); here each block is checked as text, which needs no torch.
+Every ``python`` block also runs alone, on CPU (``CUDA_VISIBLE_DEVICES=""``, ``OMP_NUM_THREADS=1``), with this
+interpreter, in an empty folder, saved under the file name its page gives it (``<!-- save-as: NAME.py -->`` before
+the fence, or the ``gen:file`` marker's file name), and must exit 0:
+
+* A block embedded from a file (``<!-- gen:file:docs/examples/X.py -->``) *is* that file (``python -m
+  tools.docs_hooks --check`` and ``test_generated_text_in_the_pages_is_current`` keep it byte for byte), and
+  ``pytest docs/examples`` in the same ``nox -s docs`` session runs every such file with its expected output. Here
+  the test checks that the block equals the file and that a test of docs/examples runs that file, so the
+  2-process fits are not run twice.
+* Every other block is run here (:func:`test_python_block_runs_alone`).
+* A block that cannot run alone says so where it stands, in an HTML comment directly before its fence:
+  ``<!-- not-run-alone: REASON -->`` (a fragment of the block above, an error case the docs hook provokes when it
+  builds the page, a GPU-only line). The test asserts that the reason is given (at least three words); nothing is
+  skipped silently.
+
+``bash``/``console`` blocks: every ``precision-plugins ...`` command line (``$``-prefixed in a ``console`` block) is
+run with this environment's ``precision-plugins`` and must exit 0, or with the status the block prints after it
+(``(exit code N)``); a synopsis's optional ``[--flag]`` parts are left out. Install lines (``pip install ...``)
+cannot run here (this machine has no route to PyTorch's wheel index, and an install would change the shared
+environment), so they are checked statically: every package they install is a folder of the repository's package
+list (``[tool.precision-plugins]`` in pyproject.toml) with the extras it names declared in its metadata, torch only
+from PyTorch's own index (``https://download.pytorch.org/whl/cpu`` or ``/whl/cuXYZ``), and nothing else but nox.
+The install lines themselves run in the release rehearsal (tests-integration, nightly).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
@@ -91,3 +118,188 @@ def test_install_lines_use_the_cpu_index_for_torch_and_never_noxs_venv(page: Pat
             if re.search(r"(^|\s)\.venv/bin/python -m pip install \.?/?packages/", line):
                 bad.append(f"{page.name}: a plugin installed into nox's .venv: {line.strip()}")
     assert bad == []
+
+
+# ---- every block runs alone ---------------------------------------------------------------------------------------
+NOT_RUN = re.compile(r"<!-- not-run-alone: (?P<reason>.*?) -->")
+SAVE_AS = re.compile(r"<!-- save-as: (?P<name>[\w.-]+\.py) -->|[Ss]ave(?: this| it)? as `(?P<prose>[\w.-]+\.py)`")
+GEN_FILE = re.compile(r"<!-- gen:file:(?P<path>[\w./-]+) -->")
+EXAMPLE_TESTS = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs" / "examples").glob("test_*.py"))
+
+
+def _line(page: Path, offset: int) -> int:
+    return page.read_text(encoding="utf-8")[:offset].count("\n") + 1
+
+
+def _comment_before(page: Path, offset: int) -> str:
+    """The last non-blank line before the fence at ``offset`` (where a block's marker stands)."""
+    before = page.read_text(encoding="utf-8")[:offset].rstrip().splitlines()
+    return before[-1].strip() if before else ""
+
+
+def _save_as(page: Path, offset: int) -> str:
+    """The file name the page gives the block at ``offset``: ``<!-- save-as: NAME.py -->`` or "Save (this) as
+    `NAME.py`" in the prose between the previous block and this one; ``block.py`` when it names none."""
+    before = page.read_text(encoding="utf-8")[:offset]
+    prose = before[before.rfind("```") + 3 :] if "```" in before else before
+    names = [m.group("name") or m.group("prose") for m in SAVE_AS.finditer(prose)]
+    return names[-1] if names else "block.py"
+
+
+def python_blocks() -> list[tuple[Path, int, str, str, str]]:
+    """``(page, line, code, the comment before it, its file name)`` of every ``python`` block of the site and the
+    READMEs."""
+    return [
+        (page, _line(page, offset), code, _comment_before(page, offset), _save_as(page, offset))
+        for page in PAGES
+        for offset, lang, code in blocks(page)
+        if lang in ("python", "py")
+    ]
+
+
+PYTHON_BLOCKS = python_blocks()
+TO_RUN = [b for b in PYTHON_BLOCKS if not GEN_FILE.fullmatch(b[3]) and not NOT_RUN.fullmatch(b[3])]
+
+
+def _block_id(block: tuple[Path, int, str, str, str]) -> str:
+    return f"{_id(block[0])}:{block[1]}"
+
+
+def _cpu_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PRECISION_PLUGINS_AUDIT")}
+    return {**env, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
+
+
+@pytest.mark.parametrize("block", TO_RUN, ids=_block_id)
+def test_python_block_runs_alone(block: tuple[Path, int, str, str, str], tmp_path: Path) -> None:
+    page, line, code, _comment, name = block
+    (tmp_path / name).write_text(code + "\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, name], cwd=tmp_path, env=_cpu_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, (
+        f"{_id(page)} line {line}, run alone as {name}, exited {done.returncode}:\n{done.stderr[-3000:]}"
+    )
+
+
+def test_blocks_that_do_not_run_alone_say_why() -> None:
+    marked = [(b, NOT_RUN.fullmatch(b[3])) for b in PYTHON_BLOCKS]
+    vague = [_block_id(b) for b, m in marked if m and len(m.group("reason").split()) < 3]
+    assert vague == [], "a <!-- not-run-alone: ... --> marker needs its reason"
+    assert TO_RUN, "no block was found to run"
+
+
+@pytest.mark.parametrize("block", [b for b in PYTHON_BLOCKS if GEN_FILE.fullmatch(b[3])], ids=_block_id)
+def test_an_embedded_example_is_its_file_and_docs_examples_runs_it(block: tuple[Path, int, str, str, str]) -> None:
+    page, line, code, comment, _name = block
+    m = GEN_FILE.fullmatch(comment)
+    assert m is not None
+    path = ROOT / m.group("path")
+    assert code == path.read_text(encoding="utf-8").rstrip("\n"), f"{_id(page)}:{line} differs from {path}"
+    run_by = (path.name, f'"{path.parent.name}"', f"import {path.parent.name}", f"from {path.parent.name}")
+    assert path.name.startswith("test_") or any(s in EXAMPLE_TESTS for s in run_by), (
+        f"{_id(page)}:{line} embeds {m.group('path')}, which no test in docs/examples runs"
+    )
+
+
+# ---- shell blocks -------------------------------------------------------------------------------------------------
+def _shell_blocks() -> list[tuple[Path, int, str, str]]:
+    return [
+        (page, _line(page, offset), lang, code)
+        for page in PAGES
+        for offset, lang, code in blocks(page)
+        if lang in ("bash", "console", "sh", "")
+    ]
+
+
+def cli_commands() -> list[tuple[str, list[str], int]]:
+    """``(where, argv, expected exit status)`` of every ``precision-plugins`` line of a shell block."""
+    out = []
+    for page, line, lang, code in _shell_blocks():
+        lines = code.splitlines()
+        for i, text in enumerate(lines):
+            command = text[2:] if lang == "console" and text.startswith("$ ") else ("" if lang == "console" else text)
+            if not command.startswith("precision-plugins "):
+                continue
+            command = re.sub(r"\s\[[^\]]*\]", "", command.split("  #")[0].split(" # ")[0]).strip()
+            status = 0
+            for after in lines[i + 1 :]:
+                if after.startswith("$ "):
+                    break
+                if m := re.fullmatch(r"\(exit code (\d+)\)", after.strip()):
+                    status = int(m.group(1))
+            out.append((f"{_id(page)}:{line + 1 + i}", shlex.split(command), status))
+    return out
+
+
+def _cli() -> str:
+    here = Path(sys.executable).parent / "precision-plugins"
+    found = str(here) if here.exists() else shutil.which("precision-plugins")
+    assert found, "the precision-plugins command is not installed in this environment"
+    return found
+
+
+@pytest.mark.parametrize(("where", "argv", "status"), cli_commands(), ids=lambda v: v if isinstance(v, str) else "")
+def test_cli_line_runs_with_the_status_the_page_shows(where: str, argv: list[str], status: int) -> None:
+    done = subprocess.run([_cli(), *argv[1:]], env=_cpu_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == status, f"{where}: {shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}"
+
+
+def _repo_packages() -> dict[str, set[str]]:
+    """Package folder (``packages/<dist>``) -> the extras its metadata declares."""
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["precision-plugins"]
+    out = {}
+    for entry in table["packages"]:
+        meta = tomllib.loads((ROOT / "packages" / entry["dist"] / "pyproject.toml").read_text(encoding="utf-8"))
+        out[f"packages/{entry['dist']}"] = set(meta["project"].get("optional-dependencies", {}))
+    return out
+
+
+TORCH_INDEX = re.compile(r"--index-url https://download\.pytorch\.org/whl/(cpu|cu\d+)(\s|$)")
+
+
+def install_problems(line: str, packages: dict[str, set[str]]) -> list[str]:
+    """What is wrong with one ``pip install`` line (see the module docstring), as messages."""
+    problems = []
+    for command in line.split("&&"):
+        if "pip install" not in command:
+            continue
+        words = shlex.split(command.split(" #")[0].split("pip install", 1)[1])
+        targets = [w for i, w in enumerate(words) if not w.startswith("-") and words[i - 1 : i] != ["--index-url"]]
+        for target in targets:
+            name, _, extras = target.partition("[")
+            path = name.removeprefix("./").rstrip("/")
+            if path in packages:
+                unknown = set(extras.rstrip("]").split(",")) - packages[path] - {""}
+                if unknown:
+                    problems.append(f"{target}: {path} declares no extra {sorted(unknown)}")
+            elif name == "torch":
+                if not TORCH_INDEX.search(command):
+                    problems.append(f"{target}: torch without PyTorch's CPU or CUDA wheel index")
+            elif name != "nox":
+                problems.append(f"{target}: neither a package of this repository nor torch or nox")
+    return problems
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_id)
+def test_install_lines_install_only_this_repositorys_packages(page: Path) -> None:
+    packages = _repo_packages()
+    bad = [
+        f"{_id(page)}:{line}: {problem}"
+        for _page, line, _lang, code in (b for b in _shell_blocks() if b[0] == page)
+        for text in code.splitlines()
+        for problem in install_problems(text, packages)
+    ]
+    assert bad == []
+
+
+def test_the_install_check_catches_a_published_name_and_a_missing_extra() -> None:
+    packages = _repo_packages()
+    assert install_problems("pip install precision-deepspeed", packages) == [
+        "precision-deepspeed: neither a package of this repository nor torch or nox"
+    ]
+    assert install_problems('pip install "./packages/precision-fsdp[fp9]"', packages) == [
+        "./packages/precision-fsdp[fp9]: packages/precision-fsdp declares no extra ['fp9']"
+    ]
+    assert install_problems("pip install torch", packages) != []
+    assert install_problems("pip install torch --index-url https://download.pytorch.org/whl/cpu", packages) == []

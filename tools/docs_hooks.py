@@ -54,20 +54,35 @@ def _raised(func: Callable[[], Any]) -> BaseException | None:
     return None
 
 
+# The marker docs/tests/test_code_blocks.py reads: these blocks are error cases, not programs to run alone.
+ERROR_CASE = (
+    "<!-- not-run-alone: an error case, not a program: tools/docs_hooks.py provokes it (in a private registry where "
+    "it needs plugins this machine lacks) when it builds this page, and shows the error it raised below -->"
+)
+
+
 def _error_block(title: str, code: str, exc: BaseException | None) -> str:
     if exc is None:
         return f"**{title}**: no error was raised (this page is out of date: please report it)\n"
-    return f"**{title}**\n\n{_fence(code, 'python')}\n\n{_fence(f'{type(exc).__name__}: {exc}')}\n"
+    return f"**{title}**\n\n{ERROR_CASE}\n{_fence(code, 'python')}\n\n{_fence(f'{type(exc).__name__}: {exc}')}\n"
 
 
 # ---- the grammar ------------------------------------------------------------------------------------
 def gen_grammar(_: str | None) -> str:
+    from precision_base import list_plugins
     from precision_base.spec import ALIASES, GRAMMAR, PRECISIONS
 
     rows = ["| you write | canonical precision |", "|---|---|"]
     rows += [f"| `{p!r}` | `{p}` |" for p in PRECISIONS]
     rows += [f"| `{alias!r}` | `{canonical}` |" for alias, canonical in ALIASES.items()]
-    return f"{_fence(GRAMMAR)}\n\n" + "\n".join(rows)
+    extras = [
+        f"| `'{name}'` | `{name}` (extra precision of `{entry.backend}` only; follows `{base}` outside its feature) |"
+        for entry in sorted(list_plugins(), key=lambda e: e.backend)
+        if entry.info is not None
+        for name, base in entry.info.extra_precisions
+    ]
+    note = "" if extras else "\n\nNo installed backend declares an extra precision where these docs were built."
+    return f"{_fence(GRAMMAR)}\n\n" + "\n".join(rows + extras) + note
 
 
 SPEC_CASES: list[object] = [
@@ -1001,9 +1016,31 @@ def label_cells(html: str) -> str:
     return TABLE_HTML.sub(label, html)
 
 
+# Inline code never breaks inside a name (extra.css: word-break keep-all, overflow-wrap normal); a long span may
+# wrap only after one of these, where the hook puts a <wbr>: ``precision_base.<wbr>pytorch_<wbr>lightning``.
+CODE_OR_PRE = re.compile(r"(<pre\b.*?</pre>)|<code>(.*?)</code>", re.DOTALL)
+WRAP_AFTER = re.compile(r"(?<=\w)([._:/=(,])(?=\w)")
+LONG_CODE = 20  # characters: a shorter span always fits a phone's line, so it moves to the next line whole
+
+
+def wrap_inline_code(html: str) -> str:
+    """``<wbr>`` after ``.``, ``_``, ``:``, ``/``, ``=``, ``(`` and ``,`` between word characters of every inline
+    ``<code>`` span longer than :data:`LONG_CODE` characters (text only: tags and code blocks are left as they are)."""
+
+    def span(match: re.Match[str]) -> str:
+        if match.group(1) is not None or len(_text(match.group(2))) <= LONG_CODE:
+            return match.group(0)
+        parts = re.split(r"(<[^>]+>|&\w+;|&#\d+;)", match.group(2))
+        inner = "".join(part if part.startswith(("<", "&")) else WRAP_AFTER.sub(r"\1<wbr>", part) for part in parts)
+        return f"<code>{inner}</code>"
+
+    return CODE_OR_PRE.sub(span, html)
+
+
 def on_page_content(html: str, **_: Any) -> str:
-    """The mkdocs event after Markdown: label table cells for the phone layout."""
-    return label_cells(html)
+    """The mkdocs event after Markdown: label table cells for the phone layout, let long inline code wrap only
+    between the parts of a name."""
+    return wrap_inline_code(label_cells(html))
 
 
 # Pages whose body the site renders from data instead of the Markdown file: ``compatibility.md`` is written by

@@ -7,7 +7,8 @@ Every page of the site is loaded from a local server on 127.0.0.1 and checked fo
   and at a phone's 390 px;
 * no raw Sphinx role (``:class:``, ``:func:``, ...) or reST table border shown as text;
 * every image loads;
-* the copy button of a code block copies no ``$`` prompt.
+* the copy button of a code block copies no ``$`` prompt;
+* at 390 px no inline code span breaks inside a name or runs past the text column.
 
 The site is built once per run with ``mkdocs build --strict`` into a temporary folder, or taken from
 ``DOCS_SITE_DIR`` when that names an already built site (the nox ``docs`` session builds it once). The browser is
@@ -87,7 +88,44 @@ MEASURE_JS = """
     }
   }
   const article = document.querySelector('.md-content article') || document.body;
+  // inline code in prose: where a span wraps, the characters on both sides of each line break; a break between
+  // two letters or digits splits a name
+  const inline = {spans: 0, wrapped: 0, splits: [], overflowing: []};
+  const right = article.getBoundingClientRect().right;
+  const range = document.createRange();
+  for (const code of document.querySelectorAll('.md-content code')) {
+    if (code.closest('pre') || !code.textContent.trim()) continue;
+    inline.spans += 1;
+    const rects = [...code.getClientRects()];
+    // the span's own padding may reach past the column (the theme clones it onto every line), its text may not
+    const pad = parseFloat(getComputedStyle(code).paddingRight) || 0;
+    if (rects.some((r) => r.right > right + pad + 1)) inline.overflowing.push(code.textContent.slice(0, 80));
+    if (rects.length < 2) continue;
+    inline.wrapped += 1;
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    let top = null, previous = '', seen = '';
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      for (let i = 0; i < node.length; i++) {
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        const box = range.getClientRects()[0];
+        const ch = node.data[i];
+        if (box && ch.trim()) {
+          if (top !== null && box.top > top + 2 && /[A-Za-z0-9]/.test(previous) && /[A-Za-z0-9]/.test(ch)) {
+            inline.splits.push(`${code.textContent.slice(0, 80)} | split as ${seen.slice(-20)}|${ch}`);
+          }
+          top = box.top;
+          previous = ch;
+        } else if (box) {
+          previous = ch;
+        }
+        seen += ch;
+      }
+    }
+  }
   return {
+    inline_code: inline,
     height: document.documentElement.scrollHeight,
     pre: document.querySelectorAll('.md-content pre').length,
     tables: document.querySelectorAll('.md-content table').length,
@@ -270,6 +308,21 @@ def test_wide_code_blocks_scroll_and_keep_their_lines_on_a_phone(
     assert wide, f"no code block is wider than a {PHONE_WIDTH}px column: this test would show nothing"
     stuck = [f"{page}: {b['text']!r}" for page, b in wide if not b["scrolls"]]
     assert not stuck, "wide code blocks that do not scroll:\n" + "\n".join(stuck)
+
+
+def test_inline_code_never_splits_a_name_on_a_phone(measured_on_a_phone: dict[str, dict[str, Any]]) -> None:
+    """At 390 px an inline code span in prose that wraps breaks only after punctuation (``.``, ``_``, ``:``, ...,
+    where tools/docs_hooks.py puts a ``<wbr>`` in long spans) or at a space, never between two letters or digits of
+    a name (Material's own ``word-break: break-word`` split ``precision_base.pytorch_lightning.PrecisionAudit``
+    anywhere), and no span runs past the text column."""
+    pages = measured_on_a_phone.items()
+    assert sum(m["inline_code"]["spans"] for _, m in pages) > 0, "the site has inline code"
+    assert sum(m["inline_code"]["wrapped"] for _, m in pages) > 0, "no inline code wraps: this test would show nothing"
+    found = {page: m["inline_code"]["splits"] for page, m in pages if m["inline_code"]["splits"]}
+    total = sum(len(v) for v in found.values())
+    assert not found, f"{total} inline code spans split inside a name at {PHONE_WIDTH}px:\n{_report(found)}"
+    over = {page: m["inline_code"]["overflowing"] for page, m in pages if m["inline_code"]["overflowing"]}
+    assert not over, f"inline code wider than the text column at {PHONE_WIDTH}px:\n{_report(over)}"
 
 
 def test_no_raw_sphinx_roles(measured: dict[str, dict[str, Any]]) -> None:

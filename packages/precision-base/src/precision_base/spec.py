@@ -57,7 +57,7 @@ def is_extra_precision_name(text: object) -> bool:
 GRAMMAR: Final[str] = (
     'expected "<backend>:<precision>", e.g. "fsdp:bf16-mixed", where <backend> is a lowercase plugin name '
     "([a-z][a-z0-9_-]*) and <precision> is one of " + ", ".join(PRECISIONS) + ' (or Lightning\'s aliases "32", '
-    '"16", "bf16")'
+    '"16", "bf16"), or an extra precision that backend declares, named "<format>-<recipe>" (e.g. "fp8-tensorwise")'
 )
 
 

@@ -51,6 +51,7 @@ DS_ENV = {"DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
 # Real architectures built from configs (transformers' Llama, Mixtral, BERT, T5, ResNet): test dependencies of the CI
 # cells, the integration session and the zoo only; elsewhere in the matrix those tests skip, saying so.
 MODEL_DEPS = ["transformers>=5.3,<5.4"]
+BENCH_TEST_DEPS = ["numpy", "scipy", "matplotlib"]  # benchmarks/tests: bench.report's statistics and figures
 DISCARD_VENVS = os.environ.get("NOX_DISCARD_VENVS") == "1"
 WATCHED = [
     "torch",
@@ -157,16 +158,19 @@ for _pkg in PACKAGES.values():
 @nox.session(python=PYTHON, tags=["ci"])
 @discarded
 def integration(session: nox.Session) -> None:
-    """tests-integration/: multi-process Trainer runs, wheels in fresh venvs, checkpoints across packages.
+    """tests-integration/: multi-process Trainer runs, wheels in fresh venvs, checkpoints across packages; then
+    benchmarks/tests (the benchmark code's plumbing: statistics, report files, the GPU command's parsing and dry run).
 
     Files that matrix cells run (``[tests]`` in tools/matrix.toml) are left to them: the CI cells run them too.
     """
-    env = everything(session, *TEST_DEPS, *MODEL_DEPS)
+    env = everything(session, *TEST_DEPS, *MODEL_DEPS, *BENCH_TEST_DEPS)
     in_cells = {path for paths in MATRIX.get("tests", {}).values() for path in paths}
     ignore = [f"--ignore={path}" for path in sorted(in_cells) if path.startswith("tests-integration/")]
     ignore.append("--ignore=tests-integration/zoo")  # the zoo sessions below, with their own test dependencies
     args = ["-p", "no:cacheprovider", *ignore, *(session.posargs or ["-q"])]
     session.run("python", "-m", "pytest", "tests-integration", *args, env=env)
+    if not session.posargs:  # posargs pick integration tests; the benchmark plumbing runs with the whole session
+        session.run("python", "-m", "pytest", "benchmarks/tests", "-p", "no:cacheprovider", "-q", env=env)
 
 
 # The model zoo's libraries: test dependencies of the zoo sessions only (the packages never depend on them).

@@ -78,10 +78,6 @@ def count(backend: str, module: Any, optimizer: Any) -> dict[str, int]:
 
 def worker(args: dict[str, Any]) -> list[dict[str, Any]]:
     """Inside each rank: one warm-up fit per backend (one-time allocations), then every configuration."""
-    import torch.distributed as dist
-
-    from precision_base.testing.launch import ensure_process_group
-
     task, steps, out = runs.Task(**args["task"]), args["steps"], []
     for backend in sorted({b for b, _ in args["configs"]}):
         runs.run(backend, "ours", "32-true", runs.Task(width=64, depth=1, batch=4), 1, 0)
@@ -100,10 +96,7 @@ def worker(args: dict[str, Any]) -> list[dict[str, Any]]:
             runs.run(backend, "ours", precision, task, steps, 0, on_step=on_step, **kw)
             record = {"backend": backend, "stage": stage, "precision": precision, **counted, "peak_rss": _vm("VmHWM"),
                       "peak_rss_delta": _vm("VmHWM") - before}  # fmt: skip
-            ensure_process_group()
-            gathered: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, record)
-            out.append({**record, "per_rank": gathered})
+            out.append(runs.with_every_rank(record))
     return out
 
 

@@ -2,7 +2,12 @@
 
 * ``mlp``: ``precision_base.testing.models.ResidualMLP`` on its teacher task (classes from ``teacher_data``).
 * ``llama``: transformers' ``LlamaForCausalLM`` from a tiny ``LlamaConfig`` (RMSNorm, rotary attention through
-  SDPA, SwiGLU), random weights, next-token loss on random token sequences; blocks: its decoder layers.
+  SDPA, SwiGLU), random weights, next-token loss on random token sequences; blocks: its decoder layers. Its
+  embedding and lm_head are 29% of its parameters (a real decoder's are a few per cent to ~20%).
+* ``llama-prop``: the same architecture with TinyLlama-1.1B's proportions at 1/8 of its width (hidden 256,
+  intermediate 2.75x, 8 query heads to 1 key/value head) and half its depth and vocabulary (11 layers, vocab 2000),
+  so that embedding and lm_head are 11.9% of the parameters, as in TinyLlama-1.1B; used by the memory page's
+  float8 all-gather rows, beside ``llama``.
 * ``resnet``: transformers' ``ResNetForImageClassification`` from a small ``ResNetConfig`` (convolutions and
   BatchNorm), random weights, random 32x32 images and labels; blocks: its stages.
 
@@ -19,9 +24,13 @@ from torch.utils.data import TensorDataset
 
 from precision_base.testing.models import ResidualMLP, teacher_data
 
-MODELS = ("mlp", "llama", "resnet")
+MODELS = ("mlp", "llama", "llama-prop", "resnet")
 LLAMA = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 128}  # fmt: skip
+# TinyLlama-1.1B: hidden 2048, intermediate 5632, 22 layers, 32 heads / 4 key-value heads, vocab 32000, untied
+LLAMA_PROP = {"vocab_size": 2000, "hidden_size": 256, "intermediate_size": 704, "num_hidden_layers": 11,
+              "num_attention_heads": 8, "num_key_value_heads": 1, "max_position_embeddings": 128}  # fmt: skip
+DECODERS = {"llama": LLAMA, "llama-prop": LLAMA_PROP}
 LLAMA_SEQ = 64
 RESNET = {"num_channels": 3, "embedding_size": 16, "hidden_sizes": [32, 64], "depths": [2, 2], "layer_type": "basic",
           "num_labels": 10}  # fmt: skip
@@ -31,12 +40,12 @@ RESNET_IMAGE = 32
 class CausalLM(nn.Module):
     """``LlamaForCausalLM`` returning its logits (float, ``(batch, seq, vocab)``) for token ids (int64)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, config: dict[str, Any] | None = None) -> None:
         from transformers import LlamaConfig, LlamaForCausalLM
 
         super().__init__()
         torch.manual_seed(seed)
-        self.lm = LlamaForCausalLM(LlamaConfig(**LLAMA))
+        self.lm = LlamaForCausalLM(LlamaConfig(**(config or LLAMA)))
 
     @property
     def blocks(self) -> list[nn.Module]:
@@ -70,8 +79,8 @@ def build(model: str, width: int, depth: int, classes: int, seed: int) -> Any:
     """A fresh model, the same weights for the same ``seed``; ``width``/``depth``/``classes`` shape the MLP only."""
     if model == "mlp":
         return ResidualMLP(width, depth, classes, seed)
-    if model == "llama":
-        return CausalLM(seed)
+    if model in DECODERS:
+        return CausalLM(seed, DECODERS[model])
     if model == "resnet":
         return ImageClassifier(seed)
     raise ValueError(f"unknown benchmark model {model!r}; choose from {', '.join(MODELS)}")
@@ -82,8 +91,9 @@ def data(model: str, samples: int, width: int, classes: int, seed: int, split: i
     if model == "mlp":
         return teacher_data(samples, width, classes, seed, split)
     gen = torch.Generator().manual_seed(seed + 7919 * split)
-    if model == "llama":
-        tokens = torch.randint(0, LLAMA["vocab_size"], (samples, LLAMA_SEQ + 1), generator=gen)  # type: ignore[arg-type]
+    if model in DECODERS:
+        vocab = int(DECODERS[model]["vocab_size"])
+        tokens = torch.randint(0, vocab, (samples, LLAMA_SEQ + 1), generator=gen)
         return TensorDataset(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
     images = torch.randn(samples, 3, RESNET_IMAGE, RESNET_IMAGE, generator=gen)
     return TensorDataset(images, torch.randint(0, int(RESNET["num_labels"]), (samples,), generator=gen))  # type: ignore[call-overload]
@@ -93,11 +103,13 @@ def describe(model: str, width: int, depth: int, batch: int) -> str:
     """One phrase for the pages: what was trained."""
     if model == "mlp":
         return f"{depth} residual MLP blocks of width {width}, batch {batch} per rank"
-    if model == "llama":
-        c = LLAMA
-        return (f"transformers LlamaForCausalLM from a tiny config ({c['num_hidden_layers']} layers, hidden "
-                f"{c['hidden_size']}, {c['num_attention_heads']} heads, vocab {c['vocab_size']}; random weights), "
-                f"{batch} sequences of {LLAMA_SEQ} tokens per rank")  # fmt: skip
+    if model in DECODERS:
+        c = DECODERS[model]
+        kind = "a tiny config" if model == "llama" else "TinyLlama-1.1B's proportions, scaled down"
+        return (f"transformers LlamaForCausalLM from {kind} ({c['num_hidden_layers']} layers, hidden "
+                f"{c['hidden_size']}, {c['num_attention_heads']} heads / {c['num_key_value_heads']} key-value "
+                f"heads, vocab {c['vocab_size']}; random weights), {batch} sequences of {LLAMA_SEQ} tokens "
+                "per rank")  # fmt: skip
     c = RESNET
     return (f"transformers ResNetForImageClassification from a small config (BatchNorm; stages {c['hidden_sizes']} x "
             f"depths {c['depths']}; random weights), {batch} images of {RESNET_IMAGE}x{RESNET_IMAGE} "

@@ -112,6 +112,17 @@ def slowest_rank(values: list[float]) -> list[float]:
     return [max(g[i] for g in gathered) for i in range(min(len(g) for g in gathered))]
 
 
+def with_every_rank(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (this rank's figures) with ``per_rank``: every rank's record, gathered in rank order (the process
+    group is started when no fit has started it)."""
+    import torch.distributed as dist
+
+    ensure_process_group()
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, record)
+    return {**record, "per_rank": gathered}
+
+
 def bench_module(net: Any, loss: Any, tick: Any, lr: float, on_step: OnStep = None, shard: Any = None) -> Any:
     """The LightningModule every Lightning variant trains: ``loss(net, batch)``, AdamW, ``tick()`` at every step's
     start and at the end, ``on_step(module, optimizer)`` before each optimizer step, and in ``configure_model``

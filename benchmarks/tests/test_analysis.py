@@ -83,3 +83,17 @@ def test_a_variant_that_failed_is_left_out_and_named(tmp_path: Path) -> None:
     assert "| fsdp | resnet | bf16-mixed | 10.45 | - | - | - | - |" in (tmp_path / "index.md").read_text()
     reading = (tmp_path / "analysis.md").read_text()
     assert "no ours / built-in ratio: the built-in failed: `RuntimeError: expected scalar type BFloat16" in reading
+
+
+def test_gather_breakdown_counts_every_parameter_once_and_names_what_stays_bf16() -> None:
+    pytest.importorskip("transformers")
+    from bench import memory_real, models
+
+    for model in memory_real.DECODERS:
+        groups = {g["group"]: g for g in memory_real.gather_breakdown(model)}
+        assert sum(g["parameters"] for g in groups.values()) == models.parameters(model, 0, 0, 0)
+        converted = groups.pop("Linear weights converted to float8")
+        assert converted["fp8_bytes"] * 2 == converted["bf16_bytes"]
+        assert all(g["fp8_bytes"] == g["bf16_bytes"] for g in groups.values()), "the rest gathers in bf16"
+        assert {"embedding", "first Linear (lm.model.layers.0.self_attn.q_proj): not converted",
+                "last Linear (lm.lm_head): not converted"} <= set(groups)  # fmt: skip

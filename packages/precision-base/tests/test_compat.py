@@ -24,3 +24,17 @@ def test_parse_env_variables(namespace: str, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("PL_PROBE_BETA", "fsdp:bf16-mixed")
     monkeypatch.setenv("PL_PROBE_GAMMA", "")
     assert vars(_compat.parse_env_variables(namespace, Probe)) == {"alpha": 3, "beta": "fsdp:bf16-mixed"}
+
+
+def test_caller_frames_are_the_calling_functions_innermost_first() -> None:
+    """``sys._getframe`` (CPython) behind the fence: what ``precision_base.doors.check_caller`` reads."""
+
+    def inner() -> list[tuple[str, str]]:
+        return _compat.caller_frames(0, 2)
+
+    def outer() -> list[tuple[str, str]]:
+        return inner()
+
+    assert outer() == [(__name__, "inner"), (__name__, "outer")]
+    assert _compat.caller_frames(0, 1) == [(__name__, "test_caller_frames_are_the_calling_functions_innermost_first")]
+    assert _compat.caller_frames(10_000, 3) == []

@@ -60,3 +60,27 @@ def cpu_native_half() -> tuple[bool, bool]:
         return bool(check()) if callable(check) else False
 
     return ask("_is_avx512_bf16_supported") or ask("_is_amx_tile_supported"), ask("_is_amx_fp16_supported")
+
+
+def caller_frames(skip: int, limit: int) -> list[tuple[str, str]]:
+    """``(module name, function name)`` of up to ``limit`` frames on the call stack, starting ``skip`` frames above
+    the caller of this function (``skip=0``: that caller itself), innermost first.
+
+    Private in CPython: ``sys._getframe`` (implementation-specific; where it is missing, or the stack is shorter
+    than ``skip``, the answer is ``[]``). Used by :func:`precision_base.doors.check_caller` to tell which door's
+    Lightning code calls into a plugin.
+    """
+    import sys
+
+    getframe = getattr(sys, "_getframe", None)
+    if getframe is None:
+        return []
+    try:
+        frame = getframe(skip + 1)
+    except ValueError:
+        return []
+    out: list[tuple[str, str]] = []
+    while frame is not None and len(out) < limit:
+        out.append((str(frame.f_globals.get("__name__", "")), frame.f_code.co_name))
+        frame = frame.f_back
+    return out

@@ -4,18 +4,18 @@ A plugin package offers two classes per backend: the Trainer class (``PluginInfo
 ``lightning.pytorch``'s precision class) and the Fabric class (``PluginInfo.fabric_class``, built on
 ``lightning.fabric``'s). Lightning's Trainer-side precision classes derive from Fabric's ``Precision``, so
 ``lightning.fabric.Fabric(plugins=[<Trainer class instance>])`` accepts one and fails much later (an
-``AttributeError`` in ``fabric.backward``). The doors (:mod:`precision_base.front_door`, :mod:`precision_base.fabric`)
-refuse such an instance when they are called; :func:`check_caller` lets a plugin's ``convert_module`` refuse it when
-Lightning's own ``Fabric.setup`` (or a Trainer strategy) sets it up.
+``AttributeError`` in ``fabric.backward``). The doors (:mod:`precision_base.doors.trainer`,
+:mod:`precision_base.doors.fabric`) refuse such an instance when they are called; :func:`check_caller` lets a
+plugin's ``convert_module`` refuse it when Lightning's own ``Fabric.setup`` (or a Trainer strategy) sets it up.
 
 Importing this module imports no torch or Lightning module.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Literal, Optional
 
+from precision_base._compat import caller_frames
 from precision_base.errors import PrecisionPluginError, TrainerConfigurationError
 from precision_base.namespaces import FABRIC_NAMESPACES, NAMESPACES, namespace_of
 
@@ -105,22 +105,14 @@ _LIGHTNING_PACKAGES = {
 
 
 def _calling_door(depth: int) -> tuple[Optional[Door], str]:
-    """The door of the first Lightning module on the call stack above ``depth`` frames, and where in it the call
-    came from (``"Fabric.setup()"``, ``"lightning.pytorch.strategies.model_parallel (setup)"``)."""
-    try:
-        frame = sys._getframe(depth + 1)
-    except ValueError:
-        return None, ""
-    for _ in range(8):
-        if frame is None:
-            break
-        module = str(frame.f_globals.get("__name__", ""))
+    """The door of the first Lightning module among the 8 frames above ``depth`` frames of the call stack, and where
+    in it the call came from (``"Fabric.setup()"``, ``"lightning.pytorch.strategies.model_parallel (setup)"``).
+    The frames come from :func:`precision_base._compat.caller_frames` (``sys._getframe``, fenced there)."""
+    for module, function in caller_frames(depth + 1, 8):
         for package, door in _LIGHTNING_PACKAGES.items():
             if module == package or module.startswith(package + "."):
-                function = frame.f_code.co_name
                 shown = f"Fabric.{function}()" if module.endswith(".fabric") else f"{module} ({function})"
                 return door, shown  # type: ignore[return-value]
-        frame = frame.f_back  # type: ignore[assignment]
     return None, ""
 
 
@@ -142,4 +134,4 @@ def check_caller(plugin: Any) -> None:
     raise wrong_door_error(plugin, caller, where=module)
 
 
-__all__ = ["WrongDoorError", "check_caller", "door_of", "wrong_door_error"]
+__all__ = ["Door", "WrongDoorError", "check_caller", "door_of", "wrong_door_error"]

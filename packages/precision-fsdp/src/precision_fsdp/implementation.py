@@ -587,7 +587,8 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         before = self.scaler.get_scale() if self.scaler is not None else None
         output = step()
         if self.scaler is not None and self._overflow is not None and before is not None:
-            self._overflow.after_step(self.scaler.get_scale() < before, self.scaler.get_scale(), self.spec)
+            after = self.scaler.get_scale()  # once: on a GPU each get_scale() waits for the device (.item())
+            self._overflow.after_step(after < before, after, self.spec)
         return output
 
     @override

@@ -43,7 +43,7 @@ from precision_fsdp.scaler import (
     provisional_device,
 )
 from precision_fsdp.selection import choose_strategy
-from precision_fsdp.sharding import FSDPVersion, fsdp1_root, fsdp_version_of
+from precision_fsdp.sharding import FSDPVersion, fsdp1_root, fsdp_version_of, gather_root_in_steps
 
 if TYPE_CHECKING:
     from lightning.pytorch.plugins.precision import FSDPPrecision as _LightningBase
@@ -436,7 +436,9 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
     @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """``*-true``: cast floating parameters and buffers to fp16/bf16/fp32 (skipped when they already are, which
-        :meth:`fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32.
+        :meth:`fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32. A LightningModule that is itself an
+        FSDP2 unit holding parameters and defines no ``forward`` gets step methods that gather them
+        (:func:`precision_fsdp.sharding.gather_root_in_steps`; logged on rank 0).
 
         Raises:
             precision_fsdp.float8.Float8UnavailableError: ``fp8-*`` and no Linear layer of the model was converted
@@ -445,6 +447,9 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
                 Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
         """
         check_caller(self)
+        gathered = gather_root_in_steps(module)  # a LightningModule that is itself a unit holding parameters
+        if gathered is not None:
+            self.lightning.utilities.rank_zero_info(gathered)
         if self._fp8 and not float8.is_converted(module):
             raise float8.Float8UnavailableError(
                 f"{self.spec}: no Linear layer of the model was converted to float8 (converted: "

@@ -5,7 +5,8 @@ Lightning), :class:`PrecisionPluginTrainerMixin` and :func:`prepare_trainer_kwar
 so are :class:`Fabric`, :class:`PrecisionPluginFabricMixin`, :func:`prepare_fabric_kwargs` and
 :func:`resolve_fabric` (see :mod:`precision_base.fabric`), :class:`PrecisionMonitor` (a callback logging the
 plugin's loss scale and skipped steps), and :class:`PrecisionAudit` / :func:`audit_fabric_steps` (the runtime
-precision audit, :mod:`precision_base.audit`).
+precision audit, :mod:`precision_base.audit`), and :class:`PrecisionSchedule` / :class:`PrecisionScheduleError`
+(precision that changes during a run, :mod:`precision_base.schedule`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from precision_base.fabric_class import Fabric
     from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
     from precision_base.monitor import PrecisionMonitor
+    from precision_base.schedule import PrecisionSchedule, PrecisionScheduleError
     from precision_base.trainer import Trainer
 
 __all__ = [
@@ -77,6 +79,8 @@ __all__ = [
     "PrecisionPlugin",
     "PrecisionPluginError",
     "PrecisionPluginWarning",
+    "PrecisionSchedule",
+    "PrecisionScheduleError",
     "RegistrationError",
     "PrecisionPluginFabricMixin",
     "PrecisionPluginTrainerMixin",
@@ -120,6 +124,10 @@ def __getattr__(name: str) -> Any:
         from precision_base import audit
 
         return getattr(audit, name)
+    if name in ("PrecisionSchedule", "PrecisionScheduleError"):
+        from precision_base import schedule
+
+        return getattr(schedule, name)
     if name == "Fabric":
         from precision_base.fabric_class import Fabric
 

@@ -13,6 +13,7 @@ from precision_base.audit import PrecisionAudit as _PrecisionAudit
 from precision_base.front_door import PrecisionPluginTrainerMixin
 from precision_base.monitor import PrecisionMonitor as _PrecisionMonitor
 from precision_base.namespaces import for_namespace
+from precision_base.schedule import PrecisionSchedule as _PrecisionSchedule
 
 
 class Trainer(PrecisionPluginTrainerMixin, pl.Trainer):
@@ -33,4 +34,7 @@ PrecisionMonitor = for_namespace(_PrecisionMonitor, "pytorch_lightning")
 PrecisionAudit = for_namespace(_PrecisionAudit, "pytorch_lightning")
 """:class:`precision_base.PrecisionAudit` built for ``pytorch_lightning.Trainer``."""
 
-__all__ = ["PrecisionAudit", "PrecisionMonitor", "Trainer"]
+PrecisionSchedule = for_namespace(_PrecisionSchedule, "pytorch_lightning")
+""":class:`precision_base.PrecisionSchedule` built for ``pytorch_lightning.Trainer``."""
+
+__all__ = ["PrecisionAudit", "PrecisionMonitor", "PrecisionSchedule", "Trainer"]

@@ -41,7 +41,7 @@ from precision_base.namespaces import namespace_of
 from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowStormError, OverflowWatch
 from precision_base.plugin_support import PRECISION_DTYPE_NAMES, precision_dtype
 from precision_base.spec import PRECISIONS
-from precision_deepspeed import _compat
+from precision_deepspeed import _compat, switch
 from precision_deepspeed.config import (
     AUTOCAST_PRECISIONS,
     HALF_PRECISIONS,
@@ -552,6 +552,24 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
             )
 
     # -- helpers ----------------------------------------------------------------------------------------
+    # -- precision schedules (precision_base.PrecisionSchedule) --------------------------------------------
+    def precision_switch_problem(
+        self, precision: str, strategy: Any = None, current: Optional[str] = None
+    ) -> Optional[str]:
+        """Why this plugin cannot switch to ``precision`` during a run: DeepSpeed's engine fixes the precision when
+        ``deepspeed.initialize`` builds it (:data:`precision_deepspeed.switch.REASON`)."""
+        return switch.problem(self.precision if current is None else current, precision)
+
+    def switch_precision(self, precision: str, model: Any = None) -> None:
+        """Refused: see :meth:`precision_switch_problem`.
+
+        Raises:
+            DeepSpeedPrecisionError: always, for another precision than this one.
+        """
+        reason = switch.problem(self.precision, precision)
+        if reason is not None:
+            raise DeepSpeedPrecisionError(f"{self.spec} -> deepspeed:{precision}: {reason}")
+
     def _engine(self, model: pl.LightningModule) -> Any:
         engine = model.trainer.model
         if not (hasattr(engine, "backward") and hasattr(engine, "step")):

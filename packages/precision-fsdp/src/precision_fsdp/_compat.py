@@ -294,6 +294,55 @@ def lightning_fsdp_on_cpu_message(lightning: types.ModuleType, accelerator: Any)
     return None
 
 
+# -- FSDP2's mixed-precision policy after fully_shard (precision schedules, precision_fsdp.switch) -------------------
+# torch has no public way to change a sharded module's MixedPrecisionPolicy. FSDP2 keeps it in three places: the
+# module's state (``FSDPModule._get_fsdp_state()._mp_policy``: the forward-input and output casts), its parameter
+# group (``state._fsdp_param_group.mp_policy``) and each ``FSDPParam.mp_policy``, from which
+# ``FSDPParamGroup._init_mp_dtypes`` derives ``param_dtype`` / ``reduce_dtype`` (all-gather and reduce-scatter
+# dtypes). Each FSDPParam also keeps its all-gather output buffers (``all_gather_outputs``) and the unsharded
+# parameter viewing them (``_unsharded_param``) from its first all-gather, in the old param dtype: both are dropped,
+# so the next all-gather allocates them in the new one. Only while every parameter is sharded (between steps).
+FSDP2_POLICY_ATTRS: Final = (
+    "FSDPModule._get_fsdp_state",
+    "FSDPState._mp_policy",
+    "FSDPState._fsdp_param_group",
+    "FSDPParamGroup.mp_policy/fsdp_params/is_sharded/_init_mp_dtypes",
+    "FSDPParam.mp_policy/all_gather_outputs/_unsharded_param/_init_extensions",
+)
+
+
+def fsdp2_policy(module: Any) -> MixedPrecisionPolicy:
+    """The ``MixedPrecisionPolicy`` an FSDP2-sharded ``module`` (an ``FSDPModule``) runs under."""
+    policy: MixedPrecisionPolicy = module._get_fsdp_state()._mp_policy
+    return policy
+
+
+def set_fsdp2_policy(module: Any, policy: MixedPrecisionPolicy) -> None:
+    """Make the FSDP2-sharded ``module`` (an ``FSDPModule``) run under ``policy`` from its next forward on.
+
+    Raises:
+        RuntimeError: a parameter of the unit is unsharded (called inside forward/backward, not between steps).
+    """
+    state = module._get_fsdp_state()
+    group = state._fsdp_param_group
+    if group is not None and not group.is_sharded:
+        raise RuntimeError(
+            f"cannot change the mixed-precision policy of {type(module).__name__} while its parameters are "
+            "unsharded; change it between optimizer steps"
+        )
+    state._mp_policy = policy
+    if group is None:
+        return
+    group.mp_policy = policy
+    for param in group.fsdp_params:
+        param.mp_policy = policy
+        param.all_gather_outputs = []
+        if hasattr(param, "_unsharded_param"):
+            del param._unsharded_param
+        param._init_extensions()
+    group._init_mp_dtypes()
+
+
 # -- the list the compat test walks ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fenced:
@@ -414,6 +463,23 @@ def _check_fsdp_on_cpu_message() -> Optional[str]:
     return None
 
 
+def _check_fsdp2_policy_attrs() -> Optional[str]:
+    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+    from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+
+    missing = [name for name in ("_get_fsdp_state",) if not hasattr(FSDPModule, name)]
+    missing += [f"FSDPParamGroup.{n}" for n in ("is_sharded", "_init_mp_dtypes") if not hasattr(FSDPParamGroup, n)]
+    missing += [f"FSDPParam.{n}" for n in ("init_dtype_attrs", "_init_extensions") if not hasattr(FSDPParam, n)]
+    sources = {
+        "FSDPState": (inspect.getsource(FSDPState), ("self._mp_policy", "self._fsdp_param_group")),
+        "FSDPParamGroup": (inspect.getsource(FSDPParamGroup), ("self.mp_policy", "self.fsdp_params")),
+        "FSDPParam": (inspect.getsource(FSDPParam), ("self.mp_policy", "self.all_gather_outputs", "_unsharded_param")),
+    }
+    missing += [f"{cls}: {attr}" for cls, (src, attrs) in sources.items() for attr in attrs if attr not in src]
+    return f"missing: {missing}" if missing else None
+
+
 FENCED: Final[tuple[Fenced, ...]] = (
     Fenced(f"{FSDP2_MODULE}.fully_shard", _check_fsdp2),
     Fenced(f"{FSDP2_MODULE}.MixedPrecisionPolicy", _check_policy),
@@ -440,6 +506,7 @@ FENCED: Final[tuple[Fenced, ...]] = (
         f"lightning.pytorch.trainer.connectors.accelerator_connector._AcceleratorConnector.{FSDP_ON_CPU_CHECK}",
         _check_fsdp_on_cpu_message,
     ),
+    Fenced("torch.distributed.fsdp._fully_shard: " + ", ".join(FSDP2_POLICY_ATTRS), _check_fsdp2_policy_attrs),
 )
 """Every fenced symbol, checked by ``tests/test_compat.py``."""
 

@@ -22,7 +22,7 @@ from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_base.doors import check_caller
 from precision_base.numerics import warn_underflowing_hyperparameters
-from precision_fsdp import _compat, float8, resume
+from precision_fsdp import _compat, float8, resume, switch
 from precision_fsdp.clipping import clip_error_class, clip_grad_norm
 from precision_fsdp.keep_fp32 import (
     KeepFP32,
@@ -202,6 +202,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         self._check_finite = bool(check_finite_grads)
         watched = canonical == "16-mixed" or self._check_finite
         self._overflow = OverflowWatch(max_skipped_steps) if watched else None
+        self._max_skipped_steps = max_skipped_steps  # a precision schedule's switch to 16-mixed watches with it
         _compat.route_throughput_compute_dtype(self.lightning, _compute_dtype_of)
 
     # -- what the plugin declares ---------------------------------------------------------------------------
@@ -662,6 +663,45 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         if norm is not None:
             stats["grad_norm"] = norm
         return stats
+
+    # -- precision schedules (precision_base.PrecisionSchedule) --------------------------------------------
+    def precision_switch_problem(
+        self, precision: str, strategy: Any = None, current: Optional[str] = None
+    ) -> Optional[str]:
+        """Why this plugin cannot switch from ``current`` (default: its precision now) to ``precision`` (canonical)
+        during a run, or ``None`` when it can (FSDP2, the same parameter storage dtype, no fp8 on either side). See
+        :mod:`precision_fsdp.switch`."""
+        return switch.problem(self, precision, strategy, current, self._check_finite)
+
+    def switch_precision(self, precision: str, model: Optional[torch.nn.Module] = None) -> None:
+        """Run ``precision`` (canonical) from the next step on: the plugin's dtypes, its table and scaler, and the
+        ``MixedPrecisionPolicy`` of every FSDP2 unit of ``model``; parameters and optimizer state are kept. Call it
+        between optimizer steps (:class:`precision_base.PrecisionSchedule` does). See :mod:`precision_fsdp.switch`.
+
+        Raises:
+            ValueError: :meth:`precision_switch_problem` names a reason.
+        """
+        reason = switch.problem(self, precision, check_finite_grads=self._check_finite)
+        if reason is not None:
+            raise ValueError(f"{self.spec} -> {self.backend}:{precision}: {reason}")
+        if precision == self.precision:
+            return
+        self._plan = switch.next_plan(self._plan, str(self.precision), precision)
+        self.precision = precision  # type: ignore[assignment]
+        self._fp8 = float8.is_fp8(precision)
+        _compat.set_lightning_input_dtype(self, self._plan.inputs)
+        if precision != "16-mixed":
+            self.scaler = None
+        elif self.scaler is None:  # fresh, at its init_scale (resume.changes says the same for a resume)
+            self.scaler = make_scaler(self._fsdp_version or 2, self.device_type, self._scaler_options)  # type: ignore[assignment]
+            self._user_scaler = False
+        watched = precision == "16-mixed" or self._check_finite
+        if not watched:
+            self._overflow = None
+        elif self._overflow is None:
+            self._overflow = OverflowWatch(self._max_skipped_steps)
+        if model is not None:
+            switch.update_policies(model, self.mixed_precision_policy)
 
     # -- pickling -------------------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -59,16 +59,22 @@ class PrecisionAuditImpl(_CallbackBase):
         strict: on a mismatch on any rank, raise :class:`~precision_base.errors.PrecisionAuditError` on every rank
             (default: warn with :class:`~precision_base.audit.PrecisionAuditWarning` listing the rows that differ).
         print_report: print the whole report at rank 0 when the audit ends.
+        at_step: start observing at this optimizer step (``trainer.global_step``) instead of when training starts,
+            e.g. the first step after a :class:`~precision_base.PrecisionSchedule` switch (default 0). The table
+            compared with is the plugin's when observing starts.
 
     Raises:
-        ValueError: ``steps`` is not a positive int.
+        ValueError: ``steps`` is not a positive int, or ``at_step`` is not an int >= 0.
         TypeError: (when training starts) the Trainer's precision plugin has no ``dtypes()`` table.
         PrecisionAuditError: ``strict`` and a mismatch.
     """
 
-    def __init__(self, steps: int = 1, strict: bool = False, print_report: bool = False) -> None:
+    def __init__(self, steps: int = 1, strict: bool = False, print_report: bool = False, at_step: int = 0) -> None:
         super().__init__()
         self.steps = _check_steps(steps)
+        if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0:
+            raise ValueError(f"at_step must be an int >= 0 (the optimizer step to start observing at), got {at_step!r}")
+        self.at_step = at_step
         self.strict = strict
         self.print_report = print_report
         self.report: Optional[AuditReport] = None
@@ -83,7 +89,7 @@ class PrecisionAuditImpl(_CallbackBase):
     @override
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """When training starts (after the sanity check, before the first batch is fetched): install the hooks."""
-        if self._session is not None or self.report is not None:
+        if self._session is not None or self.report is not None or int(trainer.global_step) < self.at_step:
             return
         strategy = trainer.strategy
         self._session = AuditSession(
@@ -92,6 +98,12 @@ class PrecisionAuditImpl(_CallbackBase):
         )  # fmt: skip
         self._start_step = int(trainer.global_step)
         self._session.start()
+
+    @override
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        """``at_step``: install the hooks before the batch of optimizer step ``at_step``."""
+        if self.at_step > 0 and self._session is None and self.report is None:
+            self.on_train_start(trainer, pl_module)
 
     @override
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -1,0 +1,108 @@
+"""Changing an FSDP2 run's precision between optimizer steps, for :class:`precision_base.PrecisionSchedule`.
+
+The plugin's :meth:`~precision_fsdp.implementation.FSDPPrecisionImpl.switch_precision` sets its own state from
+:func:`next_plan` and calls :func:`update_policies`; the schedule asks :func:`problem` first (at ``setup``, before
+any step), so a switch that cannot work fails before training starts. What a switch changes, and what it keeps:
+
+* kept: the sharded parameters (float32 DTensors under ``32-true``, ``*-mixed`` and ``fp8-*``: the master weights),
+  the optimizer and its state, the model's FSDP2 units and every ``keep_fp32`` unit (already float32);
+* changed: the plugin's precision, its ``dtypes()`` table and every dtype it hands out (autocast, inputs, init
+  contexts), the ``MixedPrecisionPolicy`` (``param_dtype`` / ``reduce_dtype``) of every other FSDP2 unit, through
+  ``_compat.set_fsdp2_policy``, and the loss scaler: created for ``16-mixed`` (fresh, at its ``init_scale``),
+  dropped for the others;
+
+Refused (:func:`problem` says why): FSDP1 (its ``MixedPrecision`` is fixed when ``FullyShardedDataParallel`` wraps
+the model), a change of the parameter storage dtype (``*-true`` on one side: the sharded parameters and the
+optimizer state would have to be cast and the float32 master copy of a mixed precision would be lost), switching
+*to* an fp8 precision mid-run (torchao converts Linear layers before sharding), switching *away* from one (not
+supported yet: the Float8Linear layers and their float8-all-gather weight wrappers would have to be undone), and
+``16-mixed`` with ``check_finite_grads=True``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+
+from precision_base.keep_fp32 import is_kept
+from precision_fsdp import _compat, float8
+from precision_fsdp.policy import DtypePlan, dtype_name
+
+if TYPE_CHECKING:
+    from precision_fsdp.implementation import FSDPPrecisionImpl
+
+
+def _base(precision: str) -> str:
+    return dict(float8.EXTRA_PRECISIONS).get(precision, precision)
+
+
+def problem(
+    plugin: FSDPPrecisionImpl,
+    precision: str,
+    strategy: Any = None,
+    current: Optional[str] = None,
+    check_finite_grads: bool = False,
+) -> Optional[str]:
+    """Why ``plugin`` cannot switch from ``current`` to ``precision`` during a run; ``None`` when it can.
+
+    Args:
+        plugin: the plugin in use.
+        precision: the canonical target precision (one the plugin class offers).
+        strategy: the Lightning strategy running the plugin, when known (FSDP1 is refused).
+        current: the precision switched from (default: the plugin's precision now).
+        check_finite_grads: the plugin's ``check_finite_grads`` option.
+    """
+    now = str(plugin.precision) if current is None else current
+    fsdp1 = plugin.fsdp_version == 1 or isinstance(strategy, plugin.lightning.strategies.FSDPStrategy)
+    if fsdp1:
+        return (
+            "FSDP1 (FSDPStrategy) fixes its MixedPrecision when FullyShardedDataParallel wraps the model; precision "
+            "schedules need FSDP2: strategy='auto' (precision_fsdp.FSDP2Strategy) or Lightning's ModelParallelStrategy"
+        )
+    before, after = DtypePlan.for_precision(_base(now)), DtypePlan.for_precision(_base(precision))
+    if before.storage != after.storage:
+        same = [
+            p for p in ("32-true", "16-mixed", "bf16-mixed") if DtypePlan.for_precision(p).storage == before.storage
+        ]
+        return (
+            f"{now!r} stores the sharded parameters and the optimizer state in {dtype_name(before.storage)}, "
+            f"{precision!r} in {dtype_name(after.storage)}: a switch would recast the parameters and the optimizer "
+            "state (and lose the float32 master weights of a mixed precision). Schedule precisions that store "
+            f"{dtype_name(before.storage)} parameters: " + ", ".join(same or [now])
+        )
+    if float8.is_fp8(now) and precision != now:
+        return (
+            f"switching away from {now!r} during a run is not supported yet: torchao's Float8Linear layers would have "
+            "to become torch.nn.Linear again around FSDP2's sharded float8-all-gather weights. Schedule the "
+            "fp8-free precisions only (e.g. bf16-mixed -> 32-true)"
+        )
+    if float8.is_fp8(precision) and precision != now:
+        return (
+            f"switching to {precision!r} during a run is not supported: torchao converts the Linear layers to float8 "
+            "before FSDP2 shards them; train a run under it from the start instead"
+        )
+    if precision == "16-mixed" and check_finite_grads:
+        return (
+            "check_finite_grads=True is for precisions without loss scaling, and '16-mixed' has a loss scaler that "
+            "skips steps with inf/NaN gradients; drop check_finite_grads or leave 16-mixed out of the schedule"
+        )
+    return None
+
+
+def next_plan(plan: DtypePlan, current: str, precision: str) -> DtypePlan:
+    """The :class:`~precision_fsdp.policy.DtypePlan` of ``precision``, keeping a ``reduce_dtype`` the user chose
+    (one that differs from ``current``'s default)."""
+    chosen = plan.reduce if plan.reduce != DtypePlan.for_precision(_base(current)).reduce else None
+    return DtypePlan.for_precision(_base(precision), chosen)
+
+
+def update_policies(model: torch.nn.Module, policy: _compat.MixedPrecisionPolicy) -> int:
+    """Give every FSDP2 unit of ``model`` except the ``keep_fp32`` ones (float32 policies of their own) ``policy``;
+    return how many units changed. Call it between optimizer steps."""
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, _compat.FSDPModule) and not is_kept(module):
+            _compat.set_fsdp2_policy(module, policy)
+            changed += 1
+    return changed

@@ -9,10 +9,12 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from precision_base.cant_train import GRAD_CHECK_STEPS, NoGradientWarning, no_gradient_message
 from precision_base.contract import PrecisionPlugin
 from precision_base.doors.identity import Door, door_of, wrong_door_error
 from precision_base.errors import PrecisionPluginError, TrainerConfigurationError, describe, type_name
@@ -46,6 +48,25 @@ class DoorDescription:
     def other(self) -> Door:
         """The other door, whose plugin classes this one refuses."""
         return "Fabric" if self.name == "Trainer" else "Trainer"
+
+
+class GradientWatch:
+    """The first ``GRAD_CHECK_STEPS`` optimizer steps of a run, at either door: warns once
+    (:class:`~precision_base.cant_train.NoGradientWarning`) when no trainable parameter of the optimizer had a
+    gradient. Each door's callback calls :meth:`step` from its optimizer-step hook."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self, optimizer: Any, named_parameters: Callable[[], Iterable[tuple[str, Any]]], where: str) -> None:
+        """Check one step; ``where`` names it, ``{step}`` standing for its number (from 1)."""
+        if self.steps >= GRAD_CHECK_STEPS:
+            return
+        self.steps += 1
+        message = no_gradient_message([optimizer], named_parameters(), where=where.format(step=self.steps))
+        if message is not None:
+            self.steps = GRAD_CHECK_STEPS  # once is enough
+            warnings.warn(message, NoGradientWarning, stacklevel=3)
 
 
 def _as_list(plugins: Any) -> list[Any]:
@@ -236,6 +257,7 @@ def check_mixin_first(cls: type, mixin: type, door: DoorDescription) -> None:
 
 __all__ = [
     "DoorDescription",
+    "GradientWatch",
     "check_mixin_first",
     "combine_door_kwargs",
     "door_namespace",

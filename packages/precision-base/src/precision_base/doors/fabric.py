@@ -18,20 +18,17 @@ Importing this module imports no torch or Lightning module; each call imports th
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from typing import Any, Optional
 
 from precision_base.cant_train import (
     FABRIC_FIX,
-    GRAD_CHECK_STEPS,
-    NoGradientWarning,
     ReplacedParameters,
-    no_gradient_message,
 )
 from precision_base.contract import PrecisionPlugin
 from precision_base.doors.combine import (
     DoorDescription,
+    GradientWatch,
     _as_list,
     check_mixin_first,
     combine_door_kwargs,
@@ -239,21 +236,13 @@ class _GradientCheck:
 
     def __init__(self, fabric: PrecisionPluginFabricMixin) -> None:
         self._fabric = weakref.ref(fabric)
-        self._steps = 0
+        self._watch = GradientWatch()
 
     def on_after_optimizer_step(self, strategy: Any, optimizer: Any) -> None:
         fabric = self._fabric()
-        if fabric is None or self._steps >= GRAD_CHECK_STEPS or not fabric._checks_apply():
-            return
-        self._steps += 1
-        message = no_gradient_message(
-            [optimizer],
-            fabric._named_parameters(),
-            where=f"After fabric.backward(loss) at optimizer step {self._steps}",
-        )
-        if message is not None:
-            self._steps = GRAD_CHECK_STEPS  # once is enough
-            warnings.warn(message, NoGradientWarning, stacklevel=2)
+        if fabric is not None and fabric._checks_apply():
+            where = "After fabric.backward(loss) at optimizer step {step}"
+            self._watch.step(optimizer, fabric._named_parameters, where)
 
 
 __all__ = [

@@ -16,21 +16,18 @@ from __future__ import annotations
 
 import inspect
 import threading
-import warnings
 import weakref
 from typing import Any, Optional
 
 from precision_base._compat import parse_env_variables
 from precision_base.cant_train import (
-    GRAD_CHECK_STEPS,
     TRAINER_FIX,
-    NoGradientWarning,
     ReplacedParameters,
-    no_gradient_message,
 )
 from precision_base.contract import PrecisionPlugin
 from precision_base.doors.combine import (
     DoorDescription,
+    GradientWatch,
     _as_list,
     check_mixin_first,
     combine_door_kwargs,
@@ -221,11 +218,11 @@ class _TrainabilityCheckImpl:
 
     def __init__(self) -> None:
         self._before: Optional[ReplacedParameters] = None
-        self._steps = 0
+        self._watch = GradientWatch()
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage == "fit":
-            self._before, self._steps = ReplacedParameters(pl_module), 0
+            self._before, self._watch = ReplacedParameters(pl_module), GradientWatch()
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         before, self._before = self._before, None
@@ -238,14 +235,8 @@ class _TrainabilityCheckImpl:
             )
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        if self._steps >= GRAD_CHECK_STEPS:
-            return
-        self._steps += 1
-        where = f"Before optimizer step {self._steps} (after the backward of training_step)"
-        message = no_gradient_message([optimizer], pl_module.named_parameters(), where=where)
-        if message is not None:
-            self._steps = GRAD_CHECK_STEPS  # once is enough
-            warnings.warn(message, NoGradientWarning, stacklevel=2)
+        where = "Before optimizer step {step} (after the backward of training_step)"
+        self._watch.step(optimizer, pl_module.named_parameters, where)
 
 
 __all__ = ["TRAINER", "PrecisionPluginTrainerMixin", "prepare_trainer_kwargs"]

@@ -18,13 +18,13 @@ def _backends() -> dict[str, str]:
 def test_the_registrys_published_distributions_are_the_package_lists_backends() -> None:
     from precision_base.registry import PUBLISHED_DISTRIBUTIONS
 
-    assert PUBLISHED_DISTRIBUTIONS == _backends(), (
+    assert _backends() == PUBLISHED_DISTRIBUTIONS, (
         "precision_base.statuses.PUBLISHED_DISTRIBUTIONS differs from the backends of [tool.precision-plugins] "
         "in pyproject.toml: change both"
     )
 
 
 def test_the_docs_hooks_backend_lists_are_the_package_lists() -> None:
-    assert docs_hooks.EXPECTED_BACKENDS == _backends(), "tools/docs_hooks.py EXPECTED_BACKENDS: change it with the list"
+    assert _backends() == docs_hooks.EXPECTED_BACKENDS, "tools/docs_hooks.py EXPECTED_BACKENDS: change it with the list"
     sources = {pkg.module: pkg.src for pkg in packages().values()}
-    assert docs_hooks.PACKAGE_SOURCES == sources, "tools/docs_hooks.py PACKAGE_SOURCES: change it with the list"
+    assert sources == docs_hooks.PACKAGE_SOURCES, "tools/docs_hooks.py PACKAGE_SOURCES: change it with the list"

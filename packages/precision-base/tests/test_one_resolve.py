@@ -11,10 +11,10 @@ import pytest
 pytest.importorskip("lightning.fabric")
 pytest.importorskip("lightning.pytorch")
 
-import precision_base  # noqa: E402
-from precision_base import fabric, registry  # noqa: E402
-from precision_base.errors import PluginLoadError, PrecisionPluginError  # noqa: E402
-from precision_base.fabric import FabricNotSupportedError, resolve_fabric  # noqa: E402
+import precision_base
+from precision_base import fabric, registry
+from precision_base.errors import PluginLoadError, PrecisionPluginError
+from precision_base.fabric import FabricNotSupportedError, resolve_fabric
 
 
 def _listed_specs() -> list[str]:

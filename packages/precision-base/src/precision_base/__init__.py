@@ -107,6 +107,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The module's own names and its lazy exports, so that ``dir(precision_base)`` lists ``Trainer`` too."""
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str) -> Any:
     if name == "Trainer":
         from precision_base.trainer import Trainer

@@ -276,7 +276,7 @@ def _backend_strategy_errors() -> str:
 
     installed = {e.backend for e in list_plugins() if e.status == "ok"}
     blocks = []
-    for backend in ("fsdp", "deepspeed"):
+    for backend in EXPECTED_BACKENDS:  # the package list's backends (tools/tests/test_package_list_consumers.py)
         if backend not in installed:
             blocks.append(f"!!! note\n    `{backend}` was not installed where these docs were built.\n")
             continue

@@ -2,7 +2,8 @@
 
 The one list is ``[tool.precision-plugins]`` in the root ``pyproject.toml`` (:func:`tools.packages.packages`). The
 registry ships in the precision-base wheel, without that file, so it keeps its own ``PUBLISHED_DISTRIBUTIONS``; the
-docs hooks keep theirs for pages built where a plugin is missing. Each must name exactly the packages the list does.
+docs hooks keep theirs (``EXPECTED_BACKENDS``, which the strategy-error block iterates too, and ``PACKAGE_SOURCES``)
+for pages built where a plugin is missing. Each must name exactly the packages the list does.
 """
 
 from __future__ import annotations

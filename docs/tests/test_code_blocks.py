@@ -35,6 +35,7 @@ The install lines themselves run in the release rehearsal (tests-integration, ni
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import shlex
@@ -170,13 +171,27 @@ def _cpu_env() -> dict[str, str]:
     return {**env, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
 
 
+@pytest.fixture(scope="module")
+def ran_blocks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every block of :data:`TO_RUN`, each in its own process and its own empty folder, as many at a time as this
+    machine has cores (the blocks are independent; this halves the docs session's time on CI's 2 cores)."""
+
+    def run(block: tuple[Path, int, str, str, str]) -> subprocess.CompletedProcess[str]:
+        folder = tmp_path_factory.mktemp("block")
+        (folder / block[4]).write_text(block[2] + "\n", encoding="utf-8")
+        cmd = [sys.executable, block[4]]
+        return subprocess.run(cmd, cwd=folder, env=_cpu_env(), capture_output=True, text=True, timeout=300)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return dict(zip(map(_block_id, TO_RUN), pool.map(run, TO_RUN), strict=True))
+
+
 @pytest.mark.parametrize("block", TO_RUN, ids=_block_id)
-def test_python_block_runs_alone(block: tuple[Path, int, str, str, str], tmp_path: Path) -> None:
-    page, line, code, _comment, name = block
-    (tmp_path / name).write_text(code + "\n", encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, name], cwd=tmp_path, env=_cpu_env(), capture_output=True, text=True, timeout=300
-    )
+def test_python_block_runs_alone(
+    block: tuple[Path, int, str, str, str], ran_blocks: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
+    page, line, _code, _comment, name = block
+    done = ran_blocks[_block_id(block)]
     assert done.returncode == 0, (
         f"{_id(page)} line {line}, run alone as {name}, exited {done.returncode}:\n{done.stderr[-3000:]}"
     )
@@ -239,9 +254,23 @@ def _cli() -> str:
     return found
 
 
+@pytest.fixture(scope="module")
+def ran_cli() -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every line of :func:`cli_commands`, each in its own process, as many at a time as this machine has cores."""
+    cli, commands = _cli(), cli_commands()
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([cli, *argv[1:]], env=_cpu_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return dict(zip([c[0] for c in commands], pool.map(run, [c[1] for c in commands]), strict=True))
+
+
 @pytest.mark.parametrize(("where", "argv", "status"), cli_commands(), ids=lambda v: v if isinstance(v, str) else "")
-def test_cli_line_runs_with_the_status_the_page_shows(where: str, argv: list[str], status: int) -> None:
-    done = subprocess.run([_cli(), *argv[1:]], env=_cpu_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+def test_cli_line_runs_with_the_status_the_page_shows(
+    where: str, argv: list[str], status: int, ran_cli: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
+    done = ran_cli[where]
     assert done.returncode == status, f"{where}: {shlex.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}"
 
 

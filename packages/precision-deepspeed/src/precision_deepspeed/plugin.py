@@ -190,10 +190,11 @@ class DeepSpeedPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[m
     def precision_section(self) -> dict[str, Any]:
         """The precision section of the DeepSpeed config this plugin needs (``fp16``, ``bf16``, ``torch_autocast``).
 
-        With ``max_skipped_steps`` (default 50) under bf16, on a DeepSpeed whose ``check_grad_overflow`` is off by
-        default (0.17 up to 0.19.0), the ``bf16`` section turns it on, without which DeepSpeed's bf16 mode would
-        never skip a step to count; where it is on by default (0.19.8) nothing is added. DeepSpeed releases without
-        the option (before 0.17) never skip a bf16 step: there is nothing to count.
+        With ``max_skipped_steps`` (default ``precision_base.overflow.DEFAULT_MAX_SKIPPED_STEPS``) under bf16, on a
+        DeepSpeed whose ``check_grad_overflow`` is off by default (0.17 up to 0.19.0), the ``bf16`` section turns it
+        on, without which DeepSpeed's bf16 mode would never skip a step to count; where it is on by default (0.19.8)
+        nothing is added. DeepSpeed releases without the option (before 0.17) never skip a bf16 step: there is
+        nothing to count.
         """
         section = render_precision_section(
             self.precision,

@@ -6,9 +6,10 @@ their matmuls take float8 (e4m3) inputs and weights with dynamic scales; everyth
 converted weights in float8 (torchao's ``enable_fsdp_float8_all_gather``), half the bytes of bfloat16; torchao's
 rowwise recipe does not support float8 all-gather, so ``fp8-rowwise`` all-gathers them in bfloat16.
 
-Which Linear layers are converted (defaults that torchtitan and Accelerate settled on): those whose
-``in_features`` and ``out_features`` are multiples of 16 (the float8 matmul needs it), except the first and the
-last Linear of the model (embeddings-side and output-side layers are the most sensitive). ``fp8_filter=``
+Which Linear layers are converted by default: those whose ``in_features`` and ``out_features`` are multiples of 16
+(the float8 matmul needs it; torchtitan's filter checks the same), except the first and the last Linear of the model
+(embeddings-side and output-side layers are the most sensitive; Accelerate leaves both out, torchtitan's examples the
+output layer). ``fp8_filter=``
 overrides the defaults entirely: qualified-name patterns (as ``keep_fp32``) or a callable ``(module, fqn) -> bool``.
 
 torchao is an optional dependency (``pip install "precision-fsdp[fp8]"``); this module imports it only when a model

@@ -81,7 +81,9 @@ class Probe:
     ``compute`` (outputs of every Linear / Conv), ``forward_weights`` (the weight each of those used),
     ``gradients``, ``reduction`` (the dtype of every reducing collective on more than one element: FSDP2's
     reduce-scatter, DeepSpeed's all-reduce / reduce-scatter; one-element ones are loss-scaler and norm flags),
-    ``buffers`` (floating buffers, e.g. BatchNorm's running statistics).
+    ``buffers`` (floating buffers, e.g. BatchNorm's running statistics). It knows nothing of kept (float32) modules:
+    where a plugin keeps some (T5's ``wo`` under ``16-true``), its rows show float32 beside the table's dtype, and
+    only the audit, which tells kept modules apart, judges the case.
     """
 
     def __init__(self) -> None:

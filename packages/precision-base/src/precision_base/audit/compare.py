@@ -16,8 +16,9 @@ float8                    fp8 precisions (``fp8-*``): float8 matrix products in 
 gradients                 ``parameters`` (what the optimizer sees is in the dtype of what it updates)
 optimizer state           ``parameters``
 reduction                 ``reduction`` for floating collectives of more than one element (scalars such as
-                          gradient norms, overflow flags and logged metrics are shown, not compared)
-gathering                 as forward parameters (float8 too for fp8 precisions)
+                          gradient norms, overflow flags and logged metrics are shown, not compared); float32
+                          too where a kept module's parameters were gathered in float32 (its own unit)
+gathering                 as forward parameters (float8 too for fp8 precisions; float32 too as for reduction)
 buffers                   ``buffers``; float32 inside kept modules
 inputs                    ``inputs`` for the floating tensors ``convert_input`` returns
 loss scale                above 1 when ``compute`` is float16 and ``parameters`` float32 (fp16 mixed), else none
@@ -163,8 +164,11 @@ def build_rows(
 
     if world_size > 1 and not recorder.tap.calls:
         rows.append(AuditRow("reduction", "no collective", table.reduction, "none seen in Python", None))
-    gathering = _either(*forward.split(" or "), *(("float8_e4m3fn",) if fp8 else ()))
-    rows += _collective_rows(recorder.tap.calls, table.reduction, gathering)
+    # a kept module gathered in float32 is a unit of its own (FSDP2): its collectives run in float32 too; they cannot
+    # be told apart from the others' by the collective alone
+    kept32 = ("float32",) if any(s.kept and "float32" in s.params for _n, s in modules) else ()
+    gathering = _either(*forward.split(" or "), *(("float8_e4m3fn",) if fp8 else ()), *kept32)
+    rows += _collective_rows(recorder.tap.calls, _either(table.reduction, *kept32), gathering)
 
     rows += _module_rows("buffers", ((n, s, "float32" if s.kept else table.buffers, s.buffers) for n, s in modules))
 

@@ -144,3 +144,47 @@ def test_native_bf16_batchnorm_computes_from_float32_copies_and_the_strict_audit
     assert [(r.expected, r.observed) for r in conv] == [("bfloat16", "bfloat16")]
     table = trainer.precision_plugin.dtypes()
     assert any("stored bfloat16" in note and "float32 copy" in note for note in table.notes), table.notes
+
+
+def test_lightnings_own_strategy_also_keeps_the_models_hooks_for_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning's ``DeepSpeedStrategy`` (what users on GPUs pass) with the plugin: its evaluation engine is built
+    after removing only DeepSpeed's hooks. Lightning's class refuses to build an engine without CUDA, so
+    ``deepspeed.initialize`` is replaced by a stand-in that records the hooks the model still holds when it is called
+    (after Lightning's ``remove_module_hooks``) and stops there; the rest is Lightning's real setup."""
+    import deepspeed
+
+    from precision_deepspeed import DeepSpeedPrecision
+
+    strategy = pl.strategies.DeepSpeedStrategy()
+    trainer = pl.Trainer(
+        strategy=strategy, plugins=[DeepSpeedPrecision("bf16-mixed")], accelerator="cpu", devices=1, logger=False,
+        enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
+    )  # fmt: skip
+    model = Hooked()
+    trainer._data_connector.attach_data(model, train_dataloaders=DataLoader(TensorDataset(torch.zeros(8, 4))))
+    model.trainer = trainer
+    strategy._lightning_module = model
+    strategy.connect(model)
+    trainer.state.fn = pl.trainer.states.TrainerFn.FITTING
+    monkeypatch.setattr(strategy, "init_deepspeed", lambda: None)  # deepspeed.initialize needs CUDA here
+    strategy.setup(trainer)  # the plugin's connect wraps the instance
+
+    def ds_hook(*args: Any) -> None:
+        return None
+
+    ds_hook.__module__ = "deepspeed.runtime.engine"  # as the training engine's forward prologue is
+    model.register_forward_pre_hook(ds_hook)
+    seen: dict[str, int] = {}
+
+    class Built(Exception):
+        pass
+
+    def initialize(**kwargs: Any) -> Any:
+        seen["user hooks on layer"] = len(kwargs["model"].layer._forward_hooks)
+        seen["deepspeed hooks on root"] = len(kwargs["model"]._forward_pre_hooks)
+        raise Built
+
+    monkeypatch.setattr(deepspeed, "initialize", initialize)
+    with pytest.raises(Built):
+        strategy._initialize_deepspeed_inference(model)
+    assert seen == {"user hooks on layer": 1, "deepspeed hooks on root": 0}

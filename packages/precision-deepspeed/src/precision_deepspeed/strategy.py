@@ -143,7 +143,9 @@ def guard_resume(strategy: Any, plugin: Any) -> None:
     loader runs, a checkpoint saved under another DeepSpeed precision mode while training resumes.
 
     Wraps ``strategy.load_checkpoint`` on that instance only (once), so Lightning's class is untouched; a
-    :class:`DeepSpeedCPUStrategy` checks in its own ``load_checkpoint`` and is left alone. Without this, resuming a
+    :class:`DeepSpeedCPUStrategy` checks in its own ``load_checkpoint`` and is left alone. Also wraps the instance's
+    ``_initialize_deepspeed_inference`` so that evaluation after ``fit`` removes only DeepSpeed's module hooks, as
+    :class:`DeepSpeedCPUStrategy` does. Without this, resuming a
     bf16 checkpoint under fp32/fp16 (or the reverse) fails in DeepSpeed with a raw ``FileNotFoundError`` about
     ``bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt``.
 
@@ -153,6 +155,7 @@ def guard_resume(strategy: Any, plugin: Any) -> None:
     """
     if isinstance(strategy, DeepSpeedCPUStrategy) or getattr(strategy, "_precision_resume_guard", False):
         return
+    _keep_module_hooks(strategy)
     load = strategy.load_checkpoint
 
     def load_checkpoint(checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -162,6 +165,18 @@ def guard_resume(strategy: Any, plugin: Any) -> None:
 
     strategy.load_checkpoint = load_checkpoint
     strategy._precision_resume_guard = True
+
+
+def _keep_module_hooks(strategy: Any) -> None:
+    """Make Lightning's ``DeepSpeedStrategy`` instance build its evaluation engine removing only DeepSpeed's hooks
+    (:meth:`DeepSpeedCPUStrategy._initialize_deepspeed_inference` says why)."""
+    build = strategy._initialize_deepspeed_inference
+
+    def _initialize_deepspeed_inference(model: Any) -> None:
+        with _compat.module_hooks_kept(strategy):
+            build(model)
+
+    strategy._initialize_deepspeed_inference = _initialize_deepspeed_inference
 
 
 class DeepSpeedCPUStrategy(DeepSpeedStrategy):

@@ -251,6 +251,8 @@ def typecheck(session: nox.Session) -> None:
 def tools(session: nox.Session) -> None:
     """The repository tooling's tests (tools/tests): package list, matrix, CI plan, dist checks, version bumps."""
     session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch", "uv")  # uv: lowest-*
+    # precision-base alone (no torch): test_package_list_consumers reads the registry's PUBLISHED_DISTRIBUTIONS
+    session.install(str(PACKAGES["precision_base"].path))
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 

@@ -176,14 +176,19 @@ def ran_blocks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess
     """Every block of :data:`TO_RUN`, each in its own process and its own empty folder, as many at a time as this
     machine has cores (the blocks are independent; this halves the docs session's time on CI's 2 cores)."""
 
-    def run(block: tuple[Path, int, str, str, str]) -> subprocess.CompletedProcess[str]:
-        folder = tmp_path_factory.mktemp("block")
+    # the folders are made here, in one thread: pytest's TempPathFactory creates its base folder on first use and is
+    # not thread-safe (made from the pool's threads, the first calls raced: "block is not a normalized and relative
+    # path" in a fresh nox venv)
+    folders = [tmp_path_factory.mktemp("block") for _ in TO_RUN]
+
+    def run(job: tuple[tuple[Path, int, str, str, str], Path]) -> subprocess.CompletedProcess[str]:
+        block, folder = job
         (folder / block[4]).write_text(block[2] + "\n", encoding="utf-8")
         cmd = [sys.executable, block[4]]
         return subprocess.run(cmd, cwd=folder, env=_cpu_env(), capture_output=True, text=True, timeout=300)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        return dict(zip(map(_block_id, TO_RUN), pool.map(run, TO_RUN), strict=True))
+        return dict(zip(map(_block_id, TO_RUN), pool.map(run, zip(TO_RUN, folders, strict=True)), strict=True))
 
 
 @pytest.mark.parametrize("block", TO_RUN, ids=_block_id)

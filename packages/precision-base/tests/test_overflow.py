@@ -84,3 +84,15 @@ def test_importing_precision_base_stays_light() -> None:
         "print(sorted(m for m in ('torch', 'lightning', 'numpy') if m in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def test_after_scaled_step_counts_a_fallen_scale_and_stats_report_it() -> None:
+    from precision_base.overflow import skipped_stats
+
+    watch = OverflowWatch(10)
+    watch.after_scaled_step(1024.0, 1024.0, "fsdp:16-mixed")
+    assert watch.skipped_in_a_row == 0
+    watch.after_scaled_step(1024.0, 512.0, "fsdp:16-mixed")
+    assert (watch.skipped_in_a_row, watch.skipped_total) == (1, 1)
+    assert watch.stats() == {"skipped_steps": 1.0, "nonfinite_grad_steps": 1.0}
+    assert watch.stats(at_least=3) == skipped_stats(3) == {"skipped_steps": 3.0, "nonfinite_grad_steps": 3.0}

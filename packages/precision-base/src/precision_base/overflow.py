@@ -94,5 +94,21 @@ class OverflowWatch:
             self._warned = True
             warnings.warn(f"{what}; training stops at {self.limit} (max_skipped_steps).", RuntimeWarning, stacklevel=2)
 
+    def after_scaled_step(self, before: float, after: float, spec: str) -> None:
+        """Record one optimizer step through a loss scaler: skipped when the scale fell (``after < before``, the
+        scaler backed off for inf/NaN gradients); ``after`` is the scale now. Raises and warns as :meth:`after_step`."""
+        self.after_step(after < before, after, spec)
 
-__all__ = ["DEFAULT_MAX_SKIPPED_STEPS", "OverflowStormError", "OverflowWatch", "check_limit"]
+    def stats(self, at_least: float = 0.0) -> dict[str, float]:
+        """The watch's part of a plugin's ``precision_stats``: see :func:`skipped_stats` (the count is the larger of
+        :attr:`skipped_total` and ``at_least``, e.g. the count the backend keeps itself)."""
+        return skipped_stats(max(float(self.skipped_total), float(at_least)))
+
+
+def skipped_stats(skipped: float) -> dict[str, float]:
+    """``{"skipped_steps": skipped, "nonfinite_grad_steps": skipped}``: what :class:`precision_base.PrecisionMonitor`
+    logs for steps skipped for inf/NaN gradients (the same count twice: every such step is skipped)."""
+    return {"skipped_steps": float(skipped), "nonfinite_grad_steps": float(skipped)}
+
+
+__all__ = ["DEFAULT_MAX_SKIPPED_STEPS", "OverflowStormError", "OverflowWatch", "check_limit", "skipped_stats"]

@@ -3,7 +3,7 @@
 Two sections, each with its share of the time budget; a fit is started only while its section has time left, and
 what was not run is listed in the report:
 
-1. ``fits``: ``precision_base.testing.models.TinyGPT`` (:data:`MODEL`) on synthetic tokens. FSDP1 (``FSDPStrategy``)
+1. ``fits``: ``precision_testsupport.models.TinyGPT`` (:data:`MODEL`) on synthetic tokens. FSDP1 (``FSDPStrategy``)
    and FSDP2 (``fully_shard`` under ``ModelParallelStrategy``) at every precision the GPU supports, DeepSpeed ZeRO-2
    and ZeRO-3 at theirs; ``ours`` (``precision_base.Trainer(precision_plugin=...)``) and Lightning's built-in
    (``Trainer(precision=...)``; FSDP2: the built-in ``FSDPPrecision`` with a policy from its
@@ -36,7 +36,7 @@ from typing import Any
 
 from bench import report
 from bench.freshness import ROOT
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 DOCS = ROOT / "docs" / "benchmarks"
 SECTIONS = ("fits", "fp8")
@@ -174,7 +174,7 @@ def lightning_fit(setup: str, variant: str, precision: str, net: Any, data: list
 
         import precision_base
         from bench.runs import bench_module, fsdp2_variant
-        from precision_base.testing.models import QUIET, GPTBlock
+        from precision_testsupport.models import QUIET, GPTBlock
 
         shard, kw = None, {}
         if setup == "fsdp2":
@@ -214,7 +214,7 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
     journal (``{"kind", ..., "error"?}``)."""
     import torch
 
-    from precision_base.testing.models import TinyGPT
+    from precision_testsupport.models import TinyGPT
 
     p, journal = args["plan"], args["journal"]
     start = time.time()

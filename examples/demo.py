@@ -46,8 +46,8 @@ def describe(spec: str) -> Any:
 
 def demo_backend(backend: str) -> list[str]:
     """Every precision of ``backend``: its table, then a 2-process training or the reason it cannot run here."""
-    from precision_base.testing.launch import LaunchError, run_ranks
-    from precision_base.testing.models import QUIET
+    from precision_testsupport.launch import LaunchError, run_ranks
+    from precision_testsupport.models import QUIET
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # the checks below: no "GPU available" lines
     module = importlib.import_module(f"demo_{backend}")
@@ -79,7 +79,7 @@ def demo_backend(backend: str) -> list[str]:
 
 def demo_fabric() -> None:
     """The FSDP plugin through Lightning Fabric (``demo_fabric.py``), trained in 2 processes."""
-    from precision_base.testing.launch import run_ranks
+    from precision_testsupport.launch import run_ranks
 
     module = importlib.import_module("demo_fabric")
     print(f"\n{(module.__doc__ or 'Lightning Fabric').strip().splitlines()[0]}")

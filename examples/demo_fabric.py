@@ -16,7 +16,7 @@ def train(args: dict[str, Any]) -> dict[str, Any] | None:
     import torch
 
     from precision_base import Fabric
-    from precision_base.testing.models import dtype_name, mlp, regression_data
+    from precision_testsupport.models import dtype_name, mlp, regression_data
 
     torch.set_num_threads(1)
     fabric = Fabric(precision_plugin=args["spec"], accelerator="cpu", devices=2)

@@ -26,7 +26,7 @@ def train(args: dict[str, Any]) -> dict[str, Any] | None:
     from lightning.pytorch import seed_everything
 
     from precision_base import Trainer
-    from precision_base.testing.models import QUIET, TinyRegressor, dtype_name
+    from precision_testsupport.models import QUIET, TinyRegressor, dtype_name
 
     seed_everything(0, verbose=False)
     torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """Rank code for ``test_audit_fits.py``: real 2-process fits of a real architecture, audited by ``PrecisionAudit``.
 
-Each function runs in both ranks (started by ``precision_base.testing.launch.run_ranks``) and returns, on rank 0,
+Each function runs in both ranks (started by ``precision_testsupport.launch.run_ranks``) and returns, on rank 0,
 the audit's report (``AuditReport.as_dict()``) or the error the strict audit raised. The architecture is
 transformers' ``LlamaForCausalLM`` built from a tiny config (no weights are downloaded): RMSNorm, rotary embeddings
 (a float32 ``inv_freq`` buffer), grouped-query attention projections and a gated MLP.
@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import precision_base
 from precision_base import PluginInfo, PrecisionAudit, PrecisionAuditError
-from precision_base.testing.launch import world_size
+from precision_testsupport.launch import world_size
 
 VOCAB, SEQ = 64, 16
 
@@ -147,7 +147,7 @@ def main() -> None:
     import deepspeed
     import lightning
 
-    from precision_base.testing.launch import run_ranks
+    from precision_testsupport.launch import run_ranks
 
     sys.path.insert(0, str(Path(__file__).parent))
     from _deepspeed_helpers import extensions_dir

@@ -1,7 +1,7 @@
 """2-process FSDP2 runs on CPU (gloo) for ``test_cant_train.py``: Fabric set up the way that cannot train.
 
 ``run_ranks("_cant_train_fabric.py:<fn>", {...})`` runs one function per pair of processes; rank 0 returns. Each
-run trains the MLP of ``precision_base.testing.models.mlp`` on a fixed regression batch for STEPS steps, under
+run trains the MLP of ``precision_testsupport.models.mlp`` on a fixed regression batch for STEPS steps, under
 Fabric's ``ModelParallelStrategy`` whose ``parallelize_fn`` calls ``fully_shard`` (FSDP2 replaces every parameter
 with a sharded one). ``lightning_joint`` is Lightning's own classes with Fabric's first-page pattern
 ``fabric.setup(model, optimizer)``; ``ours_joint`` is the same through ``precision_base.Fabric`` and records the
@@ -22,8 +22,8 @@ from lightning.fabric.strategies import ModelParallelStrategy
 from torch.distributed._composable.fsdp import fully_shard
 
 from precision_base import Fabric
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import mlp, regression_data
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import mlp, regression_data
 
 STEPS = 5
 WIDTH = 16

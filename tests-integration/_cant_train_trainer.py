@@ -20,8 +20,8 @@ from torch.distributed._composable.fsdp import fully_shard
 from torch.utils.data import DataLoader
 
 from precision_base import Trainer
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import mlp, regression_data
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import mlp, regression_data
 
 STEPS = 5
 WIDTH = 16

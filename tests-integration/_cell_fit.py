@@ -1,7 +1,7 @@
-"""The short real fit every matrix cell runs: called in each of 2 ranks by ``precision_base.testing.launch.run_ranks``.
+"""The short real fit every matrix cell runs: called in each of 2 ranks by ``precision_testsupport.launch.run_ranks``.
 
 ``fit({"backend": "fsdp" | "deepspeed", "precisions": [...], "root": "<dir>"})`` trains
-:class:`precision_base.testing.models.TinyRegressor` once per precision through
+:class:`precision_testsupport.models.TinyRegressor` once per precision through
 ``precision_base.Trainer(precision_plugin="<backend>:<precision>")`` on CPU, 2 processes (gloo), and returns what
 rank 0 saw, per precision: the losses of every step, the dtype the network computed in, the dtypes of the parameters
 as the strategy holds them, and facts about the strategy (FSDP2: whether the parameters are DTensors; DeepSpeed: the
@@ -29,7 +29,7 @@ def _strategy(backend: str) -> Any:
 
 
 def _strategy_facts(backend: str, trainer: Any, model: Any) -> dict[str, Any]:
-    from precision_base.testing.models import dtype_name
+    from precision_testsupport.models import dtype_name
 
     params = list(model.parameters())
     facts: dict[str, Any] = {"param_dtypes": sorted({dtype_name(p.dtype) for p in params})}
@@ -51,8 +51,8 @@ def fit(args: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     import precision_base
-    from precision_base.testing.launch import world_size
-    from precision_base.testing.models import QUIET, TinyRegressor, dtype_name
+    from precision_testsupport.launch import world_size
+    from precision_testsupport.models import QUIET, TinyRegressor, dtype_name
 
     backend = args["backend"]
     out: dict[str, Any] = {}

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
 from precision_base import Trainer
-from precision_base.testing.launch import world_size
+from precision_testsupport.launch import world_size
 
 CLIP = 0.05  # far below the norm of these gradients: clipping scales them
 BATCH = 8

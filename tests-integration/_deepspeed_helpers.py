@@ -1,4 +1,4 @@
-"""Real DeepSpeed training on CPU in 2 processes (ranks started by :func:`precision_base.testing.launch.run_ranks`).
+"""Real DeepSpeed training on CPU in 2 processes (ranks started by :func:`precision_testsupport.launch.run_ranks`).
 
     run_script(["--stage", "2", "--precisions", "32-true,bf16-mixed"], out=tmp / "result.json")
 
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 HERE = Path(__file__).resolve().parent
 EPOCHS = 3
@@ -67,9 +67,9 @@ def _build(precision: str, stage: int, workdir: str, epochs: int, options: dict[
     from torch.utils.data import DataLoader
 
     import precision_base
-    from precision_base.testing.launch import world_size
-    from precision_base.testing.models import TinyRegressor, regression_data
     from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
+    from precision_testsupport.launch import world_size
+    from precision_testsupport.models import TinyRegressor, regression_data
 
     loader = DataLoader(regression_data(16, BATCH * BATCHES_PER_RANK * 2), batch_size=BATCH, shuffle=False)
     world_size()  # Lightning's teardown of the previous fit deleted WORLD_SIZE

@@ -12,8 +12,8 @@ from lightning.pytorch import seed_everything
 from torch import nn
 
 import precision_base
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import QUIET
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import QUIET
 
 
 def fit(args: dict[str, Any]) -> dict[str, Any] | None:

@@ -62,7 +62,7 @@ def _resnet_module() -> Any:
 
 def fit_resnets(args: dict[str, Any]) -> dict[str, Any] | None:
     """:func:`fit_resnet` for each of ``args["runs"]`` (name -> ``{"spec": ..., "options": ...}``), in turn."""
-    from precision_base.testing.launch import world_size
+    from precision_testsupport.launch import world_size
 
     results = {}
     for name, run in args["runs"].items():
@@ -147,7 +147,7 @@ def overflow_storm(args: dict[str, Any]) -> dict[str, Any] | None:
     from torch.utils.data import DataLoader, TensorDataset
 
     import precision_base
-    from precision_base.testing.launch import world_size
+    from precision_testsupport.launch import world_size
 
     limit = args["limit"]
     out: dict[str, Any] = {}
@@ -202,8 +202,8 @@ def autocast_fp16_engine(args: dict[str, Any]) -> dict[str, Any] | None:
     import deepspeed
     import torch
 
-    from precision_base.testing.models import regression_data
     from precision_deepspeed import _compat
+    from precision_testsupport.models import regression_data
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))

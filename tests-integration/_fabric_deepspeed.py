@@ -18,8 +18,8 @@ from _deepspeed_helpers import _engine_facts
 from lightning.fabric import seed_everything
 
 from precision_base import Fabric
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import dtype_name, mlp, regression_data
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import dtype_name, mlp, regression_data
 
 STEPS = 6
 SAVE_AT = 3

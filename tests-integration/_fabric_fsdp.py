@@ -21,8 +21,8 @@ from lightning.fabric.strategies import ModelParallelStrategy
 from torch.distributed.tensor import DTensor
 
 from precision_base import Fabric, resolve_fabric
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import dtype_name, mlp, regression_data
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import dtype_name, mlp, regression_data
 
 STEPS = 6
 SAVE_AT = 3

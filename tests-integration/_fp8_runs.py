@@ -12,8 +12,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import precision_base
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import QUIET
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import QUIET
 
 WIDTH, FEATURES, OUT = 512, 64, 8
 

@@ -2,7 +2,7 @@
 
 Every run goes through ``precision_base.Trainer(precision_plugin="fsdp:<p>", accelerator="cpu", devices=2)`` with no
 strategy (``strategy="auto"`` picks ``precision_fsdp.FSDP2Strategy``) unless a scenario is about a strategy option;
-2 ranks joined by gloo (``precision_base.testing.launch.run_ranks``). Rank 0 returns what the tests assert on.
+2 ranks joined by gloo (``precision_testsupport.launch.run_ranks``). Rank 0 returns what the tests assert on.
 
 * :func:`lifecycle`: fit (a distributed checkpoint per epoch), then validate / test / predict on the same Trainer;
   each of them on a fresh Trainer with a fresh model, without and with ``ckpt_path``; resume from the epoch-0
@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
 import precision_base
-from precision_base.testing.launch import world_size
+from precision_testsupport.launch import world_size
 
 WIDTH = 32
 DEPTH = 2

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 HERE = Path(__file__).parent
 TRAIN_SCRIPT = HERE / "_fsdp_train.py"

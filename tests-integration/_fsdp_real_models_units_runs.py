@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import precision_base
-from precision_base.testing.models import QUIET
+from precision_testsupport.models import QUIET
 
 
 def _trainer(spec: str, steps: int) -> Any:

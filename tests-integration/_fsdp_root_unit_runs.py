@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
 import precision_base
-from precision_base.testing.launch import world_size
+from precision_testsupport.launch import world_size
 
 VOCAB = 16
 WIDTH = 16

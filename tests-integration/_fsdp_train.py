@@ -1,7 +1,7 @@
 """One 2-process FSDP2 training on CPU through precision_base.Trainer, run in 2 ranks by the fsdp integration tests.
 
 ``run_ranks("_fsdp_train.py:train", {"precision": ..., "out": ..., "inf_step": N})`` (from
-:mod:`precision_base.testing.launch`) trains :class:`TinyMLP` for
+:mod:`precision_testsupport.launch`) trains :class:`TinyMLP` for
 EPOCHS x STEPS_PER_EPOCH steps, clipping gradients by norm, with ``precision_plugin="fsdp:<precision>"`` under
 ``ModelParallelStrategy`` (gloo), saving a distributed checkpoint at the end of every epoch. Then, in the same
 processes, a second Trainer resumes from the checkpoint written after epoch RESUME_EPOCH and trains to the same end.
@@ -24,8 +24,8 @@ from torch.distributed.tensor import DTensor
 from typing_extensions import override
 
 from precision_base import Trainer
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import TinyRegressor, dtype_name
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import TinyRegressor, dtype_name
 
 EPOCHS = 4
 STEPS_PER_EPOCH = 2

@@ -10,8 +10,8 @@ from lightning.pytorch import seed_everything
 from torch import nn
 
 import precision_base
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import QUIET, TinyRegressor
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import QUIET, TinyRegressor
 
 WATCHED = ("embed", "norm", "hidden", "lm_head")
 

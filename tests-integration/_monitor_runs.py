@@ -1,6 +1,6 @@
 """Rank code for ``test_precision_monitor.py``: real 2-process fits with ``PrecisionMonitor`` and a ``CSVLogger``.
 
-Each function runs in both ranks (started by ``precision_base.testing.launch.run_ranks``); rank 0 returns what the
+Each function runs in both ranks (started by ``precision_testsupport.launch.run_ranks``); rank 0 returns what the
 test asserts on: the CSV's header and rows as written by Lightning's ``CSVLogger``, and the plugin's own numbers.
 """
 
@@ -16,8 +16,8 @@ from lightning.pytorch import seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
 import precision_base
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import TinyRegressor
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import TinyRegressor
 
 
 class InfOnRankOne(TinyRegressor):

@@ -1,7 +1,7 @@
 """Rank code for ``test_precision_schedule.py``: real 2-process FSDP2 fits whose precision changes mid-run.
 
 Every fit is ``precision_base.Trainer(precision_plugin=..., strategy="auto")`` (precision-fsdp's ``FSDP2Strategy``,
-gloo, CPU) on :class:`~precision_base.testing.models.TinyRegressor` (Linear(32, 32) -> GELU -> Linear(32, 1), SGD
+gloo, CPU) on :class:`~precision_testsupport.models.TinyRegressor` (Linear(32, 32) -> GELU -> Linear(32, 1), SGD
 with momentum: optimizer state that must survive the switch), 2 optimizer steps per epoch, 8 steps; checkpoints
 every 2 steps (after an epoch's last batch, so a resumed run sees the batches the uninterrupted one saw). ``fits`` runs
 the list ``args["runs"]`` one after another in the same two processes and returns, on rank 0, one dict per run:
@@ -22,9 +22,9 @@ from torch.distributed.tensor import DTensor
 
 import precision_base
 from precision_base import PrecisionAudit, PrecisionPluginError, PrecisionSchedule
-from precision_base.testing.launch import world_size
-from precision_base.testing.models import TinyRegressor, dtype_name
 from precision_fsdp import _compat
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import TinyRegressor, dtype_name
 
 MAX_STEPS = 8
 STEPS_PER_EPOCH = 2

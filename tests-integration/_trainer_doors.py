@@ -22,7 +22,7 @@ import torch
 
 from precision_base import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
 from precision_base.namespaces import for_namespace, namespace_of
-from precision_base.testing.models import QUIET, TinyRegressor, dtype_name
+from precision_testsupport.models import QUIET, TinyRegressor, dtype_name
 
 STEPS = 4
 

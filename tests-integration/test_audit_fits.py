@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from _fsdp_helpers import cpu_precisions, needs_fsdp2_on_cpu
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 RUNS = Path(__file__).with_name("_audit_runs.py")
 SWEEP = os.environ.get("PRECISION_AUDIT_SWEEP", "") == "1"

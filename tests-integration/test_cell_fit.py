@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 pytestmark = pytest.mark.slow
 

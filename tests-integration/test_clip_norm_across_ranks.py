@@ -12,7 +12,7 @@ import pytest
 import torch
 from _fsdp_helpers import needs_fsdp2_on_cpu
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 RUNS = Path(__file__).with_name("_clip_runs.py")
 

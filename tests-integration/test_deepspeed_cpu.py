@@ -137,9 +137,9 @@ def train_doors(args: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
     from precision_base.namespaces import for_namespace
-    from precision_base.testing.launch import world_size
-    from precision_base.testing.models import QUIET, TinyRegressor, dtype_name
     from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
+    from precision_testsupport.launch import world_size
+    from precision_testsupport.models import QUIET, TinyRegressor, dtype_name
 
     results: dict[str, Any] = {}
     for name, case in args["cases"].items():
@@ -199,8 +199,8 @@ def _lightning_order_classes() -> tuple[Any, Any]:
     import torch
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
-    from precision_base.testing.models import TinyRegressor
     from precision_deepspeed import DeepSpeedCPUStrategy
+    from precision_testsupport.models import TinyRegressor
 
     class LightningOrder(DeepSpeedCPUStrategy):
         def _format_config(self) -> None:
@@ -239,7 +239,7 @@ def _door_cases() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def door_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from precision_base.testing.launch import run_ranks
+    from precision_testsupport.launch import run_ranks
 
     root = tmp_path_factory.mktemp("doors")
     env = {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": extensions_dir(), "PYTHONPATH": str(Path(__file__).parent)}
@@ -301,9 +301,9 @@ def train_resumes(args: dict[str, Any]) -> dict[str, Any]:
     import lightning.pytorch as pl
     from lightning.pytorch.plugins.precision import DeepSpeedPrecision as LightningDeepSpeedPrecision
 
-    from precision_base.testing.launch import world_size
-    from precision_base.testing.models import QUIET, TinyRegressor
     from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
+    from precision_testsupport.launch import world_size
+    from precision_testsupport.models import QUIET, TinyRegressor
 
     root = Path(args["root"])
 
@@ -337,8 +337,8 @@ def train_resumes(args: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def resume_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from precision_base.testing.launch import run_ranks
     from precision_deepspeed import _compat
+    from precision_testsupport.launch import run_ranks
 
     root = tmp_path_factory.mktemp("resume")
     env = {"OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": extensions_dir(), "PYTHONPATH": str(Path(__file__).parent)}

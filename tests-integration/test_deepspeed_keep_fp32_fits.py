@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from precision_base.testing.launch import run_ranks
 from precision_deepspeed.plugin import deepspeed_has_torch_autocast
+from precision_testsupport.launch import run_ranks
 
 pytestmark = [
     pytest.mark.slow,

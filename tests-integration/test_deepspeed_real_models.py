@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from _deepspeed_helpers import extensions_dir
 
-from precision_base.testing.launch import LaunchError, run_ranks
 from precision_deepspeed import _compat
+from precision_testsupport.launch import LaunchError, run_ranks
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 ``precision_base.Fabric(precision_plugin="deepspeed:...", strategy="auto", accelerator="cpu", devices=2)``.
 
 bf16-mixed and 32-true train in one pair of processes (``_fabric_deepspeed.py``, started by
-``precision_base.testing.launch.run_ranks``); each saves with ``fabric.save`` after SAVE_AT steps and a second Fabric
+``precision_testsupport.launch.run_ranks``); each saves with ``fabric.save`` after SAVE_AT steps and a second Fabric
 ``fabric.load``s it and finishes. Resume tolerance: exact (``==`` on every loss and every fp32 master weight).
 """
 
@@ -17,7 +17,7 @@ from _deepspeed_helpers import extensions_dir
 from _fabric_deepspeed import SAVE_AT, STEPS
 
 import precision_base
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 HERE = Path(__file__).parent
 PRECISIONS = ["bf16-mixed", "32-true"]

@@ -143,8 +143,8 @@ def test_lightnings_own_trainer_refuses_a_fabric_class_at_construction() -> None
 
 
 def test_backend_without_a_fabric_class_says_so() -> None:
-    from precision_base.testing.dummy import INFO
-    from precision_base.testing.dummy_plugin import DummyPrecision
+    from precision_testsupport.dummy import INFO
+    from precision_testsupport.dummy_plugin import DummyPrecision
 
     registration = precision_base.registered(
         INFO, plugin_class=DummyPrecision, distribution="precision-dummy", version="0.3"
@@ -155,7 +155,7 @@ def test_backend_without_a_fabric_class_says_so() -> None:
         "precision backend 'dummy' (precision-dummy 0.3) offers no plugin class for Lightning Fabric "
         "(its PluginInfo has no fabric_class); it works with the Trainer only: "
         "precision_base.Trainer(precision_plugin='dummy:<precision>'), class "
-        "precision_base.testing.dummy_plugin.DummyPrecision."
+        "precision_testsupport.dummy_plugin.DummyPrecision."
     )
 
 
@@ -184,8 +184,8 @@ def test_autocast_runs_on_the_device_of_the_inputs() -> None:
 
 def test_show_lists_the_trainer_and_the_fabric_class(capsys: pytest.CaptureFixture[str]) -> None:
     from precision_base import cli
-    from precision_base.testing.dummy import INFO
-    from precision_base.testing.dummy_plugin import DummyPrecision
+    from precision_testsupport.dummy import INFO
+    from precision_testsupport.dummy_plugin import DummyPrecision
 
     assert cli.main(["show", "fsdp:bf16-mixed"]) == 0
     out = capsys.readouterr().out

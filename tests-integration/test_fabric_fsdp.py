@@ -1,7 +1,7 @@
 """Real 2-process FSDP2 training on CPU (gloo) through ``precision_base.Fabric(precision_plugin="fsdp:...")``.
 
 All precisions torch runs on CPU train in one pair of processes (``_fabric_fsdp.py``, started by
-``precision_base.testing.launch.run_ranks``), under Fabric's own ``ModelParallelStrategy`` with a user
+``precision_testsupport.launch.run_ranks``), under Fabric's own ``ModelParallelStrategy`` with a user
 ``parallelize_fn`` that calls the plugin's ``fully_shard``. Each precision trains STEPS steps with clip-by-norm and
 ``fabric.save`` after SAVE_AT steps, then a second Fabric ``fabric.load``s that checkpoint and finishes.
 
@@ -20,7 +20,7 @@ from _fabric_fsdp import INF_STEP, SAVE_AT, STEPS
 from _fsdp_helpers import cpu_precisions, needs_fsdp2_on_cpu
 
 import precision_base
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 HERE = Path(__file__).parent
 

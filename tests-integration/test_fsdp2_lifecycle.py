@@ -23,7 +23,7 @@ import pytest
 import torch
 from _fsdp_helpers import cpu_precisions, needs_fsdp2_on_cpu
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 pytestmark = needs_fsdp2_on_cpu()
 

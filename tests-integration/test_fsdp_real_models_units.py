@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from _fsdp_helpers import cpu_precisions, needs_fsdp2_on_cpu
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 pytestmark = [pytest.mark.slow, needs_fsdp2_on_cpu()]
 

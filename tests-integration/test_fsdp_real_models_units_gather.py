@@ -121,10 +121,10 @@ def measure(name: str, rule: str) -> dict[str, Any]:
     forward and backward under the plugin's autocast, and return the units and the gathered bytes."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from precision_base.testing.launch import process_group
     from precision_fsdp import FSDPPrecision
     from precision_fsdp._compat import DTensor, FSDPModule
     from precision_fsdp.sharding import describe_units, separate_roots, units_for_lightning
+    from precision_testsupport.launch import process_group
 
     with process_group():
         root = build(name)

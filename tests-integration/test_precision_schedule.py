@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from _fsdp_helpers import needs_fsdp2_on_cpu
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 RUNS = Path(__file__).with_name("_schedule_runs.py")
 SWITCH = 4

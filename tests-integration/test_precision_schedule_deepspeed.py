@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 RUNS = Path(__file__).with_name("_schedule_runs.py")
 

@@ -1,6 +1,6 @@
 """Real 2-process fits on CPU (gloo) through every Trainer door precision-base opens (FSDP2; DeepSpeed for one).
 
-``_trainer_doors.py:train`` runs in 2 ranks (``precision_base.testing.launch.run_ranks``, started the way torchrun
+``_trainer_doors.py:train`` runs in 2 ranks (``precision_testsupport.launch.run_ranks``, started the way torchrun
 starts them, so Lightning launches nothing): ``pytorch_lightning``, a user's subclass with the mixin, a user's
 subclass with the function form and a name in ``plugins=`` in one run, the ``PL_TRAINER_*`` environment door in a
 second run with the variables set in the ranks' environment. No door is given a strategy: the FSDP plugin's
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from precision_base.testing.launch import run_ranks
+from precision_testsupport.launch import run_ranks
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ def _fit(backend: str, variant: str, steps: int, batch: int) -> list[float]:
     import torch
 
     import precision_base
-    from precision_base.testing.launch import world_size
+    from precision_testsupport.launch import world_size
 
     world_size()
 

@@ -1,7 +1,7 @@
 """Discovery cost: what finding and resolving a plugin costs a fresh interpreter, and how it grows with plugins.
 
 Each command runs in fresh interpreters of a venv holding 0, 1, 10 or 100 dummy plugin distributions (real wheels
-from ``precision_base.testing.wheels``, each declaring ``torch>=2.0`` like a real plugin) next to the real
+from ``precision_testsupport.wheels``, each declaring ``torch>=2.0`` like a real plugin) next to the real
 precision-fsdp and precision-deepspeed (the venv sees this interpreter's packages). ``pyperf command`` times whole
 processes (warm-up runs first, several processes); one more run of each command records which modules it imported.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from precision_base.testing.wheels import build_wheels, make_venv, write_project
+from precision_testsupport.wheels import build_wheels, make_venv, write_project
 
 COMMANDS = {
     "python -c pass": "pass",

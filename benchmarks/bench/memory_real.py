@@ -68,7 +68,7 @@ def _fit(setup: str, precision: str, task: runs.Task, steps: int) -> dict[str, A
         return runs._lightning_fit(precision_base.Trainer, task, steps, 0, None, None, precision_plugin=ours)
     from lightning.pytorch.strategies import ModelParallelStrategy
 
-    from precision_base.testing.launch import world_size
+    from precision_testsupport.launch import world_size
 
     def root_only(module: Any, mesh: Any) -> None:
         if hasattr(module, "blocks"):  # the model itself, not one of its blocks

@@ -1,6 +1,6 @@
 """The models the CPU benchmarks train, each with its data and the blocks FSDP2 shards one by one.
 
-* ``mlp``: ``precision_base.testing.models.ResidualMLP`` on its teacher task (classes from ``teacher_data``).
+* ``mlp``: ``precision_testsupport.models.ResidualMLP`` on its teacher task (classes from ``teacher_data``).
 * ``llama``: transformers' ``LlamaForCausalLM`` from a tiny ``LlamaConfig`` (RMSNorm, rotary attention through
   SDPA, SwiGLU), random weights, next-token loss on random token sequences; blocks: its decoder layers. Its
   embedding and lm_head are 29% of its parameters (a real decoder's are a few per cent to ~20%).
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from precision_base.testing.models import ResidualMLP, teacher_data
+from precision_testsupport.models import ResidualMLP, teacher_data
 
 MODELS = ("mlp", "llama", "llama-prop", "resnet")
 LLAMA = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,

@@ -54,7 +54,7 @@ def worker(args: dict[str, Any]) -> list[dict[str, Any]]:
     """Inside each rank: every run, then an fp32 evaluation of its final weights on held-out data."""
     import torch
 
-    from precision_base.testing.models import teacher_data
+    from precision_testsupport.models import teacher_data
 
     task, out = runs.Task(**args["task"]), []
     held_out = teacher_data(args["eval_samples"], task.width, task.classes, task.seed, split=1)

@@ -1,4 +1,4 @@
-"""Training runs inside the ranks (started by ``precision_base.testing.launch.run_ranks``), three ways each, on one
+"""Training runs inside the ranks (started by ``precision_testsupport.launch.run_ranks``), three ways each, on one
 of :mod:`bench.models` (``Task.model``; the same weights and batches in every run): ``ours``
 (``precision_base.Trainer``), ``builtin`` (Lightning's precision plugin, same strategy) and ``hand`` (no Lightning:
 the floor). FSDP2 runs under ``ModelParallelStrategy``, DeepSpeed under precision-deepspeed's ``DeepSpeedCPUStrategy``
@@ -24,8 +24,8 @@ import torch
 
 from bench import models
 from precision_base.plugin_support import precision_dtype
-from precision_base.testing.launch import ensure_process_group, run_ranks, world_size
-from precision_base.testing.models import QUIET
+from precision_testsupport.launch import ensure_process_group, run_ranks, world_size
+from precision_testsupport.models import QUIET
 
 OnStep = Callable[[Any, Any], None] | None
 REDUCE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

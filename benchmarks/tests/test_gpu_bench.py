@@ -14,8 +14,8 @@ import torch
 
 import gpu_bench
 from bench import index, report
-from precision_base.testing.launch import run_ranks
-from precision_base.testing.models import TinyGPT
+from precision_testsupport.launch import run_ranks
+from precision_testsupport.models import TinyGPT
 
 TINY = {"vocab": 32, "d_model": 16, "layers": 2, "heads": 2, "seq": 8, "batch": 2}
 HERE = Path(__file__).resolve()

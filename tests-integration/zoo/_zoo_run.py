@@ -275,7 +275,7 @@ def _strategy(backend: str, kind: str) -> Any:
 
 def _trainer(args: dict[str, Any], root: Path, callbacks: list[Any], epochs: int = EPOCHS) -> Any:
     import precision_base
-    from precision_base.testing.launch import world_size
+    from precision_testsupport.launch import world_size
 
     world_size()  # Lightning's teardown of the previous Trainer deleted WORLD_SIZE
     backend = args["spec"].split(":")[0]
@@ -456,7 +456,7 @@ def _export_rank0(backend: str, ckpt: Path, root: Path, arch: str, trained: dict
 
 def _fabric(args: dict[str, Any]) -> Any:
     import precision_base
-    from precision_base.testing.launch import world_size
+    from precision_testsupport.launch import world_size
 
     world_size()
     return precision_base.Fabric(precision_plugin=args["spec"], accelerator="cpu", devices=2)

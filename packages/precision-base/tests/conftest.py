@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from precision_base.registry import DISABLE_ENV_VAR
-from precision_base.testing.sites import PluginSite
+from precision_testsupport.sites import PluginSite
 
 
 @pytest.fixture
 def dummy_registered() -> Iterator[type]:
     """Register the dummy plugin in-process for one test."""
     import precision_base
-    from precision_base.testing.dummy import INFO
-    from precision_base.testing.dummy_plugin import DummyPrecision
+    from precision_testsupport.dummy import INFO
+    from precision_testsupport.dummy_plugin import DummyPrecision
 
     with precision_base.registered(INFO, distribution="precision-dummy", version="0.3.1"):
         yield DummyPrecision

@@ -1,6 +1,6 @@
 """``PrecisionAudit`` in real single-process fits: deliberately wrong plugins are caught with the right row.
 
-Each wrong plugin is a real plugin (the test dummy, :mod:`precision_base.testing.dummy_plugin`) whose behaviour or
+Each wrong plugin is a real plugin (the test dummy, :mod:`precision_testsupport.dummy_plugin`) whose behaviour or
 ``dtypes()`` table was changed in one place, registered in-process under a backend name of its own and resolved by
 name, so the audit meets it exactly as it meets a third-party plugin. The wrong reduction (a collective in another
 dtype than the table) needs a sharded run: ``tests-integration/test_audit_fits.py``.
@@ -26,9 +26,9 @@ from precision_base import DtypeTable, PluginInfo, PrecisionAudit, PrecisionAudi
 from precision_base.audit import AuditReport, AuditRow, PrecisionAuditWarning
 from precision_base.audit.callback import ENV_VARIABLE, audit_from_env
 from precision_base.namespaces import for_namespace
-from precision_base.testing.dummy import INFO
-from precision_base.testing.dummy_plugin import DummyPrecision
-from precision_base.testing.models import QUIET, TinyRegressor
+from precision_testsupport.dummy import INFO
+from precision_testsupport.dummy_plugin import DummyPrecision
+from precision_testsupport.models import QUIET, TinyRegressor
 
 
 class NoAutocast(DummyPrecision):

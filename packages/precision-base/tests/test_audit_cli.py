@@ -16,9 +16,9 @@ SCRIPT = textwrap.dedent(
     """
     import sys, contextlib, dataclasses
     import precision_base
-    from precision_base.testing.dummy import INFO
-    from precision_base.testing.dummy_plugin import DummyPrecision
-    from precision_base.testing.models import QUIET, TinyRegressor
+    from precision_testsupport.dummy import INFO
+    from precision_testsupport.dummy_plugin import DummyPrecision
+    from precision_testsupport.models import QUIET, TinyRegressor
 
     class WrongBuffers(DummyPrecision):
         backend = "wrong-buffers"

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from precision_base.audit import AuditReport, AuditRow
 from precision_base.audit.collectives import CollectiveTap
-from precision_base.testing.launch import process_group
+from precision_testsupport.launch import process_group
 
 ROOT = Path(__file__).resolve().parents[3]
 

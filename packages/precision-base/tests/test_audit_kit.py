@@ -9,8 +9,8 @@ import pytest
 
 from precision_base import DtypeTable, PluginInfo
 from precision_base.testing import PluginConformance
-from precision_base.testing.dummy import INFO
-from precision_base.testing.dummy_plugin import DummyPrecision
+from precision_testsupport.dummy import INFO
+from precision_testsupport.dummy_plugin import DummyPrecision
 
 
 class TestDummyAuditedFit(PluginConformance):

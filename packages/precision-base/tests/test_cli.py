@@ -10,7 +10,7 @@ from precision_base import cli
 def test_show_prints_dtypes_and_strategy(dummy_registered: type, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["show", "dummy:bf16"]) == 0
     out = capsys.readouterr().out
-    assert "plugin:       precision_base.testing.dummy_plugin.DummyPrecision" in out
+    assert "plugin:       precision_testsupport.dummy_plugin.DummyPrecision" in out
     assert "spec:         dummy:bf16-mixed" in out
     assert "distribution: precision-dummy (in-process) 0.3.1" in out
     assert "strategy:     any non-sharded Lightning strategy" in out

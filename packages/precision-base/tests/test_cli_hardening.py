@@ -8,7 +8,7 @@ import pytest
 
 from precision_base import cli, registry
 from precision_base.registry import DISABLE_ENV_VAR
-from precision_base.testing.sites import PluginSite, add_distribution
+from precision_testsupport.sites import PluginSite, add_distribution
 
 SKIPPED_VALIDATION = (
     "from precision_base import PluginInfo\n"

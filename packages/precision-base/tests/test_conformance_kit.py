@@ -7,8 +7,8 @@ import pytest
 pytest.importorskip("lightning")
 
 from precision_base.testing import PluginConformance
-from precision_base.testing.dummy import INFO
-from precision_base.testing.dummy_plugin import DummyPrecision
+from precision_testsupport.dummy import INFO
+from precision_testsupport.dummy_plugin import DummyPrecision
 
 
 class TestDummyConformance(PluginConformance):
@@ -21,8 +21,8 @@ BROKEN_PLUGIN = """
 import contextlib
 import dataclasses
 from precision_base.testing import PluginConformance
-from precision_base.testing.dummy import INFO
-from precision_base.testing.dummy_plugin import DummyPrecision
+from precision_testsupport.dummy import INFO
+from precision_testsupport.dummy_plugin import DummyPrecision
 
 
 class {name}(DummyPrecision):
@@ -88,8 +88,8 @@ WRONG_ORDER = """
 from lightning.pytorch.plugins.precision import Precision
 from precision_base import PrecisionPlugin
 from precision_base.testing import PluginConformance
-from precision_base.testing.dummy import INFO
-from precision_base.testing.dummy_plugin import DummyPrecision
+from precision_testsupport.dummy import INFO
+from precision_testsupport.dummy_plugin import DummyPrecision
 
 NAMES = ("__init__", "dtypes", "convert_module", "convert_input", "forward_context", "module_init_context",
          "tensor_init_context", "state_dict", "load_state_dict")
@@ -122,12 +122,12 @@ def test_kit_and_resolve_refuse_bases_in_the_wrong_order(pytester: pytest.Pytest
 
 HEAVY_PACKAGE = {
     "heavy_pkg_abc/__init__.py": "import torch\n",
-    "heavy_pkg_abc/plugin.py": "from precision_base.testing.dummy_plugin import DummyPrecision as Heavy\n",
+    "heavy_pkg_abc/plugin.py": "from precision_testsupport.dummy_plugin import DummyPrecision as Heavy\n",
 }
 HEAVY_TEST = """
 import dataclasses
 from precision_base.testing import PluginConformance
-from precision_base.testing.dummy import INFO
+from precision_testsupport.dummy import INFO
 from heavy_pkg_abc.plugin import Heavy
 
 
@@ -165,7 +165,7 @@ class TestInstalledHeavy(PluginConformance):
 def test_kit_catches_an_info_module_that_imports_torch(pytester: pytest.Pytester) -> None:
     """An installed plugin (real metadata in the default entry-point group) whose info module imports torch."""
     import precision_base
-    from precision_base.testing.sites import PluginSite
+    from precision_testsupport.sites import PluginSite
 
     site = PluginSite(path=pytester.path / "site", group="precision_base.plugins", tag="kit")
     site.path.mkdir()
@@ -189,8 +189,8 @@ EVERYTHING_BROKEN = """
 import contextlib
 from precision_base import DtypeTable
 from precision_base.testing import PluginConformance
-from precision_base.testing.dummy import INFO
-from precision_base.testing.dummy_plugin import DummyPrecision
+from precision_testsupport.dummy import INFO
+from precision_testsupport.dummy_plugin import DummyPrecision
 
 
 class Hopeless(DummyPrecision):

@@ -12,14 +12,14 @@ import pytest
 # imported here so that pytester's in-process runs find them in sys.modules instead of importing them again
 pytest.importorskip("lightning.fabric")
 pytest.importorskip("precision_base.testing.fabric_conformance")
-pytest.importorskip("precision_base.testing.dummy_plugin")
+pytest.importorskip("precision_testsupport.dummy_plugin")
 
 PLUGINS = """
 import lightning.fabric as lf
 import lightning.pytorch as pl
 
 from precision_base.doors import check_caller
-from precision_base.testing.dummy_plugin import DummyPrecisionImpl
+from precision_testsupport.dummy_plugin import DummyPrecisionImpl
 
 
 class GuardedImpl(DummyPrecisionImpl):
@@ -48,7 +48,7 @@ KIT = """
 import dataclasses
 
 import fabric_dummy
-from precision_base.testing.dummy import INFO
+from precision_testsupport.dummy import INFO
 from precision_base.testing.fabric_conformance import FabricPluginConformance
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_base.testing.wheels import build_wheels, make_venv, write_project
+from precision_testsupport.wheels import build_wheels, make_venv, write_project
 
 pytestmark = pytest.mark.slow
 

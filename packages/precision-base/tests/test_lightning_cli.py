@@ -14,7 +14,7 @@ pytest.importorskip("jsonargparse")
 from lightning.pytorch.cli import LightningCLI
 
 from precision_base import PrecisionPluginTrainerMixin, Trainer
-from precision_base.testing.models import TinyRegressor
+from precision_testsupport.models import TinyRegressor
 
 COMMON = [
     "--trainer.accelerator=cpu",

@@ -13,7 +13,7 @@ import pytorch_lightning
 import precision_base
 from precision_base.monitor import PrecisionMonitorImpl
 from precision_base.namespaces import for_namespace
-from precision_base.testing.models import QUIET, TinyRegressor
+from precision_testsupport.models import QUIET, TinyRegressor
 
 
 def _csv_header(root: Path) -> list[str]:

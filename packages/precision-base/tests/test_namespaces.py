@@ -116,7 +116,7 @@ def test_rebuilt_class_and_instance_pickle_in_process() -> None:
 
 def test_rebuilt_instance_unpickles_in_a_fresh_process() -> None:
     """The fresh interpreter has not rebuilt anything: unpickling imports the virtual module, which rebuilds."""
-    from precision_base.testing.dummy_plugin import DummyPrecision
+    from precision_testsupport.dummy_plugin import DummyPrecision
 
     data = pickle.dumps(for_namespace(DummyPrecision, "pytorch_lightning")("bf16-true"))
     script = textwrap.dedent("""
@@ -129,7 +129,7 @@ def test_rebuilt_instance_unpickles_in_a_fresh_process() -> None:
     out = subprocess.run([sys.executable, "-c", script], input=data, capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     assert out.stdout.decode().split() == [
-        "precision_base.namespaces.pytorch_lightning.precision_base.testing.dummy_plugin",
+        "precision_base.namespaces.pytorch_lightning.precision_testsupport.dummy_plugin",
         "DummyPrecision",
         "bf16-true",
         "True",

@@ -90,11 +90,11 @@ def test_the_fabric_door_has_no_lookup_of_its_own() -> None:
 
 
 def test_a_broken_fabric_class_is_the_plugins_load_error() -> None:
-    from precision_base.testing.dummy import INFO
-    from precision_base.testing.dummy_plugin import DummyPrecision
+    from precision_testsupport.dummy import INFO
+    from precision_testsupport.dummy_plugin import DummyPrecision
 
     broken = precision_base.PluginInfo(
-        **{**_fields(INFO), "fabric_class": "precision_base.testing.dummy_plugin:NoSuchFabricClass"}
+        **{**_fields(INFO), "fabric_class": "precision_testsupport.dummy_plugin:NoSuchFabricClass"}
     )
     with precision_base.registered(broken, plugin_class=DummyPrecision, distribution="precision-dummy", version="0.3"):
         assert precision_base.resolve("dummy:bf16-mixed").precision == "bf16-mixed"
@@ -102,13 +102,13 @@ def test_a_broken_fabric_class_is_the_plugins_load_error() -> None:
             resolve_fabric("dummy:bf16-mixed")
     assert str(raised.value).startswith(
         "precision plugin 'dummy' from precision-dummy 0.3 failed to import "
-        "'precision_base.testing.dummy_plugin:NoSuchFabricClass': AttributeError"
+        "'precision_testsupport.dummy_plugin:NoSuchFabricClass': AttributeError"
     )
 
 
 def test_a_backend_without_a_fabric_class_resolves_at_the_trainer_door_only() -> None:
-    from precision_base.testing.dummy import INFO
-    from precision_base.testing.dummy_plugin import DummyPrecision
+    from precision_testsupport.dummy import INFO
+    from precision_testsupport.dummy_plugin import DummyPrecision
 
     with precision_base.registered(INFO, plugin_class=DummyPrecision, distribution="precision-dummy", version="0.3"):
         assert precision_base.resolve("dummy:32-true", door="Trainer").precision == "32-true"

@@ -28,7 +28,7 @@ EMPTY_GROUP = "precision_base.tests.no_such_group"
 
 
 def dummy_info(**changes: object) -> PluginInfo:
-    from precision_base.testing.dummy import INFO
+    from precision_testsupport.dummy import INFO
 
     fields = dict(
         backend=INFO.backend, precisions=INFO.precisions, plugin_class=INFO.plugin_class, strategy=INFO.strategy

@@ -1,6 +1,6 @@
 """Discovery against hostile or damaged plugins, through real distribution metadata on ``sys.path``.
 
-Each test writes distributions with :func:`precision_base.testing.sites.add_distribution` into a fresh folder put on
+Each test writes distributions with :func:`precision_testsupport.sites.add_distribution` into a fresh folder put on
 ``sys.path``, and uses a registry over an entry-point group of its own, so nothing else installed interferes.
 """
 
@@ -20,8 +20,8 @@ from precision_base import (
 )
 from precision_base.errors import InvalidPluginInfoError, PrecisionPluginWarning, RegistrationError
 from precision_base.registry import DISABLE_ENV_VAR, Registry
-from precision_base.testing.sites import PluginSite as Site
-from precision_base.testing.sites import add_distribution
+from precision_testsupport.sites import PluginSite as Site
+from precision_testsupport.sites import add_distribution
 
 
 def statuses(reg: Registry) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""precision_base.testing.launch: real ranks joined by gloo, a clear error when one fails, a world of one in-process."""
+"""precision_testsupport.launch: real ranks joined by gloo, a clear error when one fails, a world of one in-process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_base.testing.launch import LaunchError, process_group, run_ranks
+from precision_testsupport.launch import LaunchError, process_group, run_ranks
 
 torch = pytest.importorskip("torch")
 
@@ -17,7 +17,7 @@ RANKS = textwrap.dedent("""
     import torch
     import torch.distributed as dist
 
-    from precision_base.testing.launch import ensure_process_group, world_size
+    from precision_testsupport.launch import ensure_process_group, world_size
 
 
     def total(args):

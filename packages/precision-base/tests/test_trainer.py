@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch")
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision  # noqa: E402
 
 from precision_base import Trainer, TrainerConfigurationError, UnknownBackendError  # noqa: E402
-from precision_base.testing.models import QUIET, TinyRegressor  # noqa: E402
-from precision_base.testing.wheels import build_wheels  # noqa: E402
+from precision_testsupport.models import QUIET, TinyRegressor  # noqa: E402
+from precision_testsupport.wheels import build_wheels  # noqa: E402
 
 DUMMY_PROJECT = Path(__file__).parent / "fixtures" / "dummy_plugin"
 
@@ -155,7 +155,7 @@ def test_fit_with_a_really_installed_plugin(tmp_path: Path) -> None:
     script = textwrap.dedent("""
         import json
         import precision_base
-        from precision_base.testing.models import QUIET, TinyRegressor
+        from precision_testsupport.models import QUIET, TinyRegressor
         entry = precision_base.get_entry("dummy")
         model = TinyRegressor()
         trainer = precision_base.Trainer(precision_plugin="dummy:bf16-mixed", accelerator="cpu", devices=1,

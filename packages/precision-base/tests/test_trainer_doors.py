@@ -19,7 +19,7 @@ from precision_base import (  # noqa: E402
     prepare_trainer_kwargs,
 )
 from precision_base.namespaces import for_namespace  # noqa: E402
-from precision_base.testing.models import QUIET, TinyRegressor  # noqa: E402
+from precision_testsupport.models import QUIET, TinyRegressor  # noqa: E402
 
 PLTrainer = precision_base.pytorch_lightning.Trainer
 

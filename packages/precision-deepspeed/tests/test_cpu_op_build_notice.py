@@ -31,7 +31,7 @@ announce_cpu_op_build(int(sys.argv[1]), "lightning.pytorch")
 FIT = """
 import torch
 from precision_base import Trainer
-from precision_base.testing.models import TinyRegressor
+from precision_testsupport.models import TinyRegressor
 trainer = Trainer(precision_plugin="deepspeed:32-true", accelerator="cpu", devices=1, max_steps=1, logger=False,
                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 trainer.fit(TinyRegressor(samples=8, batch_size=4))

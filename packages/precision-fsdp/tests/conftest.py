@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from precision_base.testing.launch import process_group
+from precision_testsupport.launch import process_group
 
 
 @pytest.fixture(scope="module")

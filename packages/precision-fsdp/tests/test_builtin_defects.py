@@ -10,8 +10,8 @@ import torch
 from lightning.pytorch.plugins.precision import FSDPPrecision as BuiltinFSDPPrecision
 from torch.amp import GradScaler
 
-from precision_base.testing.models import mlp
 from precision_fsdp import FSDPPrecision
+from precision_testsupport.models import mlp
 
 
 def _classes(reason: str) -> Any:

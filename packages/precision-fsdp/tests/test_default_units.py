@@ -210,9 +210,9 @@ def test_strategy_shards_the_default_units_and_logs_them() -> None:
 
     from torch.distributed.device_mesh import init_device_mesh
 
-    from precision_base.testing.launch import process_group
     from precision_fsdp import FSDP2Strategy, FSDPPrecision
     from precision_fsdp._compat import FSDPModule, fsdp2_cpu_problem
+    from precision_testsupport.launch import process_group
 
     if fsdp2_cpu_problem():
         pytest.skip(f"FSDP2 on CPU needs a newer torch: {fsdp2_cpu_problem()}")

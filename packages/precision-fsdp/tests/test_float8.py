@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 import precision_base
-from precision_base.testing.launch import process_group
 from precision_fsdp import FSDPPrecision, float8
 from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.float8 import Float8UnavailableError
+from precision_testsupport.launch import process_group
 
 
 def test_names_are_declared_and_reachable() -> None:

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 import precision_base
-from precision_base.testing.launch import process_group
 from precision_fsdp import FSDPPrecision, _compat, float8
 from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.float8 import Float8UnavailableError
+from precision_testsupport.launch import process_group
 
 pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from precision_base.testing.launch import run_ranks
 from precision_fsdp import _compat
 from precision_fsdp._compat import fsdp2_cpu_problem
+from precision_testsupport.launch import run_ranks
 
 pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
 
@@ -48,7 +48,7 @@ def rank_resume(args: dict[str, Any]) -> dict[str, Any] | None:
     from lightning.pytorch import seed_everything
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from precision_base.testing.launch import world_size
+    from precision_testsupport.launch import world_size
 
     runs = _runs_module()
     torch.set_num_threads(1)

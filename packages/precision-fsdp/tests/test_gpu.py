@@ -10,9 +10,9 @@ import pytest
 import torch
 from lightning.pytorch.plugins.precision import FSDPPrecision as BuiltinFSDPPrecision
 
-from precision_base.testing.launch import process_group
-from precision_base.testing.models import mlp
 from precision_fsdp import FSDPPrecision
+from precision_testsupport.launch import process_group
+from precision_testsupport.models import mlp
 
 pytestmark = [
     pytest.mark.gpu,

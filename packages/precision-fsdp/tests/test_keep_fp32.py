@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 import precision_base
-from precision_base.testing.launch import process_group
 from precision_fsdp import FSDPPrecision
 from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.keep_fp32 import KeepFP32, KeepFP32Error
+from precision_testsupport.launch import process_group
 
 
 def _model() -> nn.Sequential:

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from precision_base.keep_fp32 import KeepFP32, has_float_running_stats, hf_keep_in_fp32
-from precision_base.testing.launch import process_group
 from precision_fsdp import FSDPPrecision
 from precision_fsdp._compat import FSDPModule, fsdp2_cpu_problem
+from precision_testsupport.launch import process_group
 
 needs_fsdp2 = pytest.mark.skipif(
     fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {fsdp2_cpu_problem()}"

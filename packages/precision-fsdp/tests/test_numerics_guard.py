@@ -9,8 +9,8 @@ import torch
 
 import precision_base
 from precision_base import PrecisionPluginWarning
-from precision_base.testing.models import QUIET, TinyRegressor
 from precision_fsdp._compat import fsdp2_cpu_problem
+from precision_testsupport.models import QUIET, TinyRegressor
 
 pytestmark = pytest.mark.skipif(
     fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {fsdp2_cpu_problem()}"

@@ -16,11 +16,11 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 import precision_base
 from precision_base import TrainerConfigurationError
-from precision_base.testing.models import mlp
 from precision_fsdp import FSDP2Strategy, FSDPPrecision
 from precision_fsdp._compat import MixedPrecisionPolicy, policy_reduce_dtype
 from precision_fsdp.clipping import ClipGradNormError
 from precision_fsdp.scaler import check_user_scaler
+from precision_testsupport.models import mlp
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 

@@ -12,8 +12,8 @@ import pytest
 
 import precision_base
 from precision_base import PrecisionSchedule, PrecisionScheduleError
-from precision_base.testing.models import QUIET, TinyRegressor
 from precision_fsdp._compat import fsdp2_cpu_problem
+from precision_testsupport.models import QUIET, TinyRegressor
 
 pytestmark = pytest.mark.skipif(
     fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU needs a newer torch: {fsdp2_cpu_problem()}"

@@ -1,4 +1,4 @@
-"""Testing support: the conformance kit any precision plugin runs against itself, and shared test helpers.
+"""Testing support: the conformance kit any precision plugin runs against itself.
 
 Usage, in a plugin package's tests::
 
@@ -11,11 +11,11 @@ Every test runs once per precision the plugin declares. A plugin that is not ins
 by also setting ``plugin_info`` (its :class:`~precision_base.PluginInfo`) and ``plugin_class``; the kit then
 registers it in-process for the duration of the class.
 
-Helpers for the project's own tests, benchmarks and examples, each imported explicitly (none is imported by
-``import precision_base``): :mod:`precision_base.testing.models` (toy LightningModules and data),
-:mod:`precision_base.testing.launch` (N real ranks with a gloo process group),
-:mod:`precision_base.testing.wheels` (real wheels of small plugin distributions, fresh venvs) and
-:mod:`precision_base.testing.dummy` / :mod:`precision_base.testing.dummy_plugin` (the test plugin, backend ``dummy``).
+Install it with its test dependency: ``pip install precision-base[testing]`` (brings pytest). The kit is a
+base class for test classes, not a pytest plugin: nothing registers itself with pytest. Beside the kit:
+:mod:`precision_base.testing.ranks` (the launcher of the opt-in audited 2-process fit, ``audit_fit = True``, whose
+rank code is :mod:`precision_base.testing.audit_fit`). This repository's own test helpers (toy models, wheels,
+the dummy plugin) are in the unpublished workspace package ``precision-testsupport``, not in this package.
 """
 
 from typing import Any
@@ -24,7 +24,7 @@ __all__ = ["FabricPluginConformance", "PluginConformance"]
 
 
 def __getattr__(name: str) -> Any:
-    # lazy: the kit needs pytest, the helper modules beside it must not
+    # lazy: the kit needs pytest, the launcher beside it must not
     if name == "PluginConformance":
         from precision_base.testing.conformance import PluginConformance
 

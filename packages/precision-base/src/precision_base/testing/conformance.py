@@ -370,7 +370,7 @@ class PluginConformance(ConformanceChecks):
         import os
         import sys
 
-        from precision_base.testing.launch import run_ranks
+        from precision_base.testing.ranks import run_ranks
 
         precisions = self.audit_fit_precisions or self._declared_precisions()
         args: dict[str, Any] = {"backend": self.backend, "precisions": list(precisions)}
@@ -386,7 +386,7 @@ class PluginConformance(ConformanceChecks):
             if module is not None and getattr(module, "__file__", None):
                 folder = os.path.dirname(os.path.abspath(module.__file__ or ""))
                 env["PYTHONPATH"] = os.pathsep.join([folder, *filter(None, [os.environ.get("PYTHONPATH")])])
-        results = run_ranks("precision_base.audit.kit:fit_each", args, world=2, threads=1, timeout=900, env=env)
+        results = run_ranks("precision_base.testing.audit_fit:fit_each", args, world=2, threads=1, timeout=900, env=env)
         failed = {p: r["error"] for p, r in results.items() if "error" in r}
         assert not failed, "the strict audit failed:\n" + "\n".join(f"{p}:\n{e}" for p, e in failed.items())
         ran = [p for p, r in results.items() if "report" in r]

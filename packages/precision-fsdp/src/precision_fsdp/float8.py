@@ -42,21 +42,36 @@ from typing import Any, Final, Optional, Union
 import torch
 
 from precision_base import PrecisionPluginError, PrecisionPluginWarning
+from precision_fsdp.recipes import EXTRA_PRECISIONS, FP8_RECIPES, MX_BLOCK, MX_RECIPES, RECIPES
 
-FP8_RECIPES: Final[dict[str, str]] = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
-"""Our fp8 precision name -> torchao's ``Float8LinearRecipeName`` value."""
-
-MX_RECIPES: Final[dict[str, tuple[str, str]]] = {"mxfp8-rceil": ("MXFP8_RCEIL", "MXFP8_EMULATED_RCEIL")}
-"""Our MX precision name -> torchao's ``MXFP8TrainingRecipe`` member (on the GPU, and with ``fp8_emulate=True``)."""
-
-RECIPES: Final[dict[str, str]] = {**FP8_RECIPES, **{name: members[0].lower() for name, members in MX_RECIPES.items()}}
-"""Every low-precision name (the ``fp8_*`` options apply to all) -> torchao's recipe name."""
-
-MX_BLOCK: Final[int] = 32
-"""MXFP8's scaling block: Linear dimensions (and tokens per step) must be multiples of it."""
-
-EXTRA_PRECISIONS: Final[tuple[tuple[str, str], ...]] = tuple((name, "bf16-mixed") for name in RECIPES)
-"""The plugin's extra precisions, each with the precision the rest of the model follows."""
+__all__ = [  # the recipe tables live in precision_fsdp.recipes (torch-free); importable from here as before
+    "EXTRA_PRECISIONS",
+    "FP8_RECIPES",
+    "INSTALL_HINT",
+    "MX_BLOCK",
+    "MX_RECIPES",
+    "RECIPES",
+    "Float8UnavailableError",
+    "Fp8Filter",
+    "allow_weight_wrapper_checkpoints",
+    "api_path",
+    "check_can_run",
+    "config",
+    "convert",
+    "default_filter",
+    "describe",
+    "describe_path",
+    "hardware_problem",
+    "install_hint",
+    "is_converted",
+    "is_fp8",
+    "is_mx",
+    "needed_capability",
+    "nothing_converted_message",
+    "torchao_float8",
+    "training_op_config",
+    "user_filter",
+]
 
 INSTALL_HINT: Final[str] = 'pip install "precision-fsdp[fp8]" (it brings torchao)'
 """The install line from a package index; :func:`install_hint` gives the one for where this copy came from."""

@@ -1,0 +1,38 @@
+"""The low-precision recipes precision-fsdp offers by name: plain data, imports no torch.
+
+Each name, its torchao recipe and the precision the rest of the model follows are declared here once: ``_info.py``
+derives ``PluginInfo.extra_precisions`` and ``precision_extras`` from :data:`FLOAT8`, the plugin class its
+``extra_precisions``, and :mod:`precision_fsdp.float8` (torchao) and :mod:`precision_fsdp.float8_feature` (the
+plugin's hooks) read the tables below. A new torchao recipe is one more entry in :data:`FP8_RECIPES` or
+:data:`MX_RECIPES`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from precision_base.extra import ExtraPrecisions
+
+FP8_RECIPES: Final[dict[str, str]] = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
+"""Our fp8 precision name -> torchao's ``Float8LinearRecipeName`` value."""
+
+MX_RECIPES: Final[dict[str, tuple[str, str]]] = {"mxfp8-rceil": ("MXFP8_RCEIL", "MXFP8_EMULATED_RCEIL")}
+"""Our MX precision name -> torchao's ``MXFP8TrainingRecipe`` member (on the GPU, and with ``fp8_emulate=True``)."""
+
+RECIPES: Final[dict[str, str]] = {**FP8_RECIPES, **{name: members[0].lower() for name, members in MX_RECIPES.items()}}
+"""Every low-precision name (the ``fp8_*`` options apply to all) -> torchao's recipe name."""
+
+MX_BLOCK: Final[int] = 32
+"""MXFP8's scaling block: Linear dimensions (and tokens per step) must be multiples of it."""
+
+FLOAT8: Final[ExtraPrecisions] = ExtraPrecisions(
+    feature="float8 (torchao, FSDP2 only)",
+    bases=tuple((name, "bf16-mixed") for name in RECIPES),
+    extra="fp8",  # torchao, from precision-fsdp[fp8]
+)
+"""The float8 feature's extra precisions: every recipe, based on ``bf16-mixed``, needing the ``fp8`` extra."""
+
+EXTRA_PRECISIONS: Final[tuple[tuple[str, str], ...]] = FLOAT8.bases
+"""The plugin's extra precisions, each with the precision the rest of the model follows."""
+
+__all__ = ["EXTRA_PRECISIONS", "FLOAT8", "FP8_RECIPES", "MX_BLOCK", "MX_RECIPES", "RECIPES"]

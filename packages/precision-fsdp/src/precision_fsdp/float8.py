@@ -347,7 +347,9 @@ def allow_weight_wrapper_checkpoints() -> None:
 
 
 def _wrapped(tensor: torch.Tensor) -> bool:
-    local = getattr(tensor, "_local_tensor", tensor)  # a DTensor once sharded
+    from precision_fsdp import _compat
+
+    local = _compat.local_tensor(tensor)  # a DTensor once sharded
     return type(local).__name__.endswith("TrainingWeightWrapperTensor")
 
 

@@ -80,9 +80,9 @@ def test_setup_refuses_before_any_step(case: str) -> None:
     assert model.losses == [], "no step ran"
 
 
-def test_switching_away_from_fp8_is_refused_with_the_reason() -> None:
+def test_switching_from_fp8_to_another_fp8_is_refused_with_the_reason() -> None:
     pytest.importorskip("torchao")
-    schedule = PrecisionSchedule({0: "fsdp:fp8-tensorwise", 2: "fsdp:bf16-mixed"})
+    schedule = PrecisionSchedule({0: "fsdp:fp8-tensorwise", 2: "fsdp:fp8-rowwise"})
     plugin = precision_base.resolve("fsdp:fp8-tensorwise", fp8_emulate=True)
     trainer = precision_base.Trainer(
         precision_plugin=plugin, accelerator="cpu", devices=1, max_steps=4, callbacks=[schedule], **QUIET
@@ -90,10 +90,9 @@ def test_switching_away_from_fp8_is_refused_with_the_reason() -> None:
     with pytest.raises(PrecisionScheduleError) as caught:
         trainer.fit(TinyRegressor(features=32, hidden=32, samples=64, batch_size=32))
     assert str(caught.value) == (
-        "precision schedule entry 2 (step 2): cannot switch 'fsdp:fp8-tensorwise' -> 'fsdp:bf16-mixed' during a run: "
-        "switching away from 'fp8-tensorwise' during a run is not supported yet: torchao's Float8Linear layers would "
-        "have to become torch.nn.Linear again around FSDP2's sharded float8-all-gather weights. Schedule the "
-        "fp8-free precisions only (e.g. bf16-mixed -> 32-true)"
+        "precision schedule entry 2 (step 2): cannot switch 'fsdp:fp8-tensorwise' -> 'fsdp:fp8-rowwise' during a run: "
+        "switching from 'fp8-tensorwise' to 'fp8-rowwise' during a run is not supported: torchao converts the Linear "
+        "layers to float8 before FSDP2 shards them; train a run under it from the start instead"
     )
 
 

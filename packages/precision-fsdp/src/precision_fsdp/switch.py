@@ -14,23 +14,37 @@ any step), so a switch that cannot work fails before training starts. What a swi
 Refused (:func:`problem` says why): FSDP1 (its ``MixedPrecision`` is fixed when ``FullyShardedDataParallel`` wraps
 the model), a change of the parameter storage dtype (``*-true`` on one side: the sharded parameters and the
 optimizer state would have to be cast and the float32 master copy of a mixed precision would be lost), switching
-*to* an fp8 precision mid-run (torchao converts Linear layers before sharding), switching *away* from one (not
-supported yet: the Float8Linear layers and their float8-all-gather weight wrappers would have to be undone), and
-``16-mixed`` with ``check_finite_grads=True``.
+*to* an fp8 precision mid-run (torchao converts Linear layers before sharding), and ``16-mixed`` with
+``check_finite_grads=True``. Switching *away* from fp8 (``fp8-*`` / ``mxfp8-*`` -> ``bf16-mixed``, ``16-mixed`` or
+``32-true``) also makes torchao's converted layers plain again, in place (:mod:`precision_fsdp.float8_switch`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 import torch
 
 from precision_base.keep_fp32 import is_kept
-from precision_fsdp import _compat, float8
+from precision_fsdp import _compat, float8, float8_switch
 from precision_fsdp.policy import DtypePlan, dtype_name
 
-if TYPE_CHECKING:
-    from precision_fsdp.implementation import FSDPPrecisionImpl
+
+class SwitchingPlugin(Protocol):
+    """What :func:`problem` reads of the plugin (``FSDPPrecisionImpl`` has it; this module never imports the
+    implementation, which imports it)."""
+
+    @property
+    def precision(self) -> Any:
+        """The plugin's canonical precision now."""
+
+    @property
+    def fsdp_version(self) -> Optional[int]:
+        """1 or 2 once the plugin has seen the model, else ``None``."""
+
+    @property
+    def lightning(self) -> Any:
+        """The Lightning namespace's root module (``plugin.lightning.strategies.FSDPStrategy``)."""
 
 
 def _base(precision: str) -> str:
@@ -38,7 +52,7 @@ def _base(precision: str) -> str:
 
 
 def problem(
-    plugin: FSDPPrecisionImpl,
+    plugin: SwitchingPlugin,
     precision: str,
     strategy: Any = None,
     current: Optional[str] = None,
@@ -72,11 +86,9 @@ def problem(
             f"{dtype_name(before.storage)} parameters: " + ", ".join(same or [now])
         )
     if float8.is_fp8(now) and precision != now:
-        return (
-            f"switching away from {now!r} during a run is not supported yet: torchao's Float8Linear layers would have "
-            "to become torch.nn.Linear again around FSDP2's sharded float8-all-gather weights. Schedule the "
-            "fp8-free precisions only (e.g. bf16-mixed -> 32-true)"
-        )
+        away = float8_switch.problem(now, precision)
+        if away is not None:
+            return away
     if float8.is_fp8(precision) and precision != now:
         return (
             f"switching to {precision!r} during a run is not supported: torchao converts the Linear layers to float8 "
@@ -99,7 +111,10 @@ def next_plan(plan: DtypePlan, current: str, precision: str) -> DtypePlan:
 
 def update_policies(model: torch.nn.Module, policy: _compat.MixedPrecisionPolicy) -> int:
     """Give every FSDP2 unit of ``model`` except the ``keep_fp32`` ones (float32 policies of their own) ``policy``;
-    return how many units changed. Call it between optimizer steps."""
+    return how many units changed. Call it between optimizer steps. A model that torchao converted to float8 is
+    first made plain again (:func:`precision_fsdp.float8_switch.restore_linears`; the target is never fp8: switches
+    to fp8 are refused)."""
+    float8_switch.restore_linears(model)
     changed = 0
     for module in model.modules():
         if isinstance(module, _compat.FSDPModule) and not is_kept(module):

@@ -1,0 +1,200 @@
+"""Rank code for ``test_precision_schedule_fp8.py``: real 2-process FSDP2 fits that switch away from fp8 mid-run.
+
+Every fit is ``precision_base.Trainer(precision_plugin=resolve(spec, fp8_emulate=True), strategy="auto")``
+(precision-fsdp's ``FSDP2Strategy``, gloo, CPU, torchao's fp8 emulation) on :class:`Mlp`: Linear(16, 32) -> GELU ->
+Linear(32, 32) -> GELU -> Linear(32, 32) -> GELU -> Linear(32, 1), each Linear its own FSDP2 unit; the default fp8
+filter converts the two middle ones. 32 tokens per rank and step (MXFP8's block), AdamW (two state tensors per
+parameter), 2 optimizer steps per epoch, 8 steps; checkpoints every 2 steps. ``fits`` runs ``args["runs"]`` one
+after another in the same two processes and returns, on rank 0, one dict per run: losses by step, the class of each
+Linear and the type of each weight's local shard before and after every step's end (the schedule switches between
+the two), the optimizer state's tensors (ids, storage, values), the dtypes FSDP2 all-gathered per step, the
+policies, the audit reports and the final parameters.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+from lightning.pytorch import seed_everything
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from torch import nn
+from torch.distributed.tensor import DTensor
+from torch.utils.data import DataLoader
+
+import precision_base
+from precision_base import PrecisionAudit, PrecisionPluginError, PrecisionSchedule
+from precision_fsdp import _compat
+from precision_testsupport.launch import world_size
+from precision_testsupport.models import dtype_name, regression_data
+
+MAX_STEPS = 8
+STEPS_PER_EPOCH = 2
+BATCH = 32
+
+
+class Mlp(pl.LightningModule):
+    """The middle Linear layers are bias-free with ``bias_free`` (torchao's MXFP8 weight wrapper drops a bias, so the
+    plugin converts only bias-free layers to MXFP8)."""
+
+    def __init__(self, bias_free: bool = False) -> None:
+        super().__init__()
+        middle = [nn.Linear(32, 32, bias=not bias_free) for _ in range(2)]
+        self.net = nn.Sequential(
+            nn.Linear(16, 32), nn.GELU(), middle[0], nn.GELU(), middle[1], nn.GELU(), nn.Linear(32, 1)
+        )
+        self.losses: list[float] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x).float(), y)
+        self.losses.append(float(loss.detach()))
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=5e-3)
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(regression_data(16, 2 * BATCH * STEPS_PER_EPOCH, 3), batch_size=BATCH, shuffle=False)
+
+
+def _policies(model: nn.Module) -> list[list[str]]:
+    out = []
+    for name, module in model.named_modules():
+        if isinstance(module, _compat.FSDPModule):
+            policy = _compat.fsdp2_policy(module)
+            param, reduce = policy.param_dtype, _compat.policy_reduce_dtype(policy)
+            out.append([name or "<root>", dtype_name(param) if param else "-", dtype_name(reduce) if reduce else "-"])
+    return out
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    return p.to_local() if isinstance(p, DTensor) else p
+
+
+class _Snapshot(Callback):
+    """At every step's end (listed before the schedule: before its switch; after it: after), the model's layers,
+    weights and optimizer state."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, dict[str, Any]] = {}
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        optimizer = trainer.optimizers[0]
+        params = dict(pl_module.named_parameters())
+        state = [(n, optimizer.state[p]) for n, p in params.items() if p in optimizer.state]
+        self.at[int(trainer.global_step)] = {
+            "precision": trainer.precision_plugin.precision,
+            "classes": {n: type(m).__name__ for n, m in pl_module.net.named_children() if isinstance(m, nn.Linear)},
+            "local_types": {n: type(_local(p)).__name__ for n, p in params.items()},
+            "param_ids": {n: id(p) for n, p in params.items()},
+            "in_optimizer": all(
+                any(p is q for g in optimizer.param_groups for q in g["params"]) for p in params.values()
+            ),
+            "state": {
+                f"{n}.{k}": [id(v), _local(v).untyped_storage().data_ptr(), float(_local(v).float().abs().sum())]
+                for n, s in state
+                for k, v in s.items()
+                if isinstance(v, torch.Tensor) and v.dim() > 0
+            },
+        }
+
+
+class _AllGatherDtypes(Callback):
+    """The input dtypes of FSDP2's all-gathers (``dist.all_gather_single``), per optimizer step."""
+
+    def __init__(self) -> None:
+        self.by_step: dict[int, list[str]] = {}
+        self._original: Any = None
+        self._step = 0
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._original = dist.all_gather_single
+
+        def counting(output: torch.Tensor, input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            seen = self.by_step.setdefault(self._step, [])
+            if str(input.dtype) not in seen:
+                seen.append(str(input.dtype))
+            return self._original(output, input, *args, **kwargs)
+
+        dist.all_gather_single = counting
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self._step = int(trainer.global_step)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        dist.all_gather_single = self._original
+
+
+def _full(model: nn.Module) -> dict[str, list[float]]:
+    return {
+        name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().float().flatten().tolist()
+        for name, p in model.named_parameters()
+    }
+
+
+def _fit_one(run: dict[str, Any], root: Path) -> dict[str, Any]:
+    world_size()  # Lightning's teardown of the previous fit deleted WORLD_SIZE
+    seed_everything(7, workers=True)
+    model, before, after, gathers = Mlp(bool(run.get("bias_free"))), _Snapshot(), _Snapshot(), _AllGatherDtypes()
+    schedule = PrecisionSchedule(dict(run["schedule"])) if "schedule" in run else None  # [[key, spec], ...]: JSON
+    audits = [PrecisionAudit(steps=1, strict=True, at_step=int(at)) for at in run.get("audit_at", [])]
+    callbacks: list[Any] = [before, *([schedule] if schedule is not None else []), after, gathers, *audits]
+    if run.get("checkpoints"):
+        callbacks.append(
+            ModelCheckpoint(dirpath=root / run["label"], every_n_train_steps=STEPS_PER_EPOCH, save_top_k=-1)
+        )
+    trainer = precision_base.Trainer(
+        precision_plugin=precision_base.resolve(run["spec"], fp8_emulate=True),
+        accelerator="cpu",
+        devices=2,
+        max_steps=MAX_STEPS,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=bool(run.get("checkpoints")),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=root,
+    )
+    error = None
+    ckpt = str(root / run["resume"]) if "resume" in run else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            trainer.fit(model, ckpt_path=ckpt)
+        except PrecisionPluginError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    start = int(MAX_STEPS - len(model.losses))
+    plugin = trainer.precision_plugin
+    return {
+        "error": error,
+        "losses": {start + i: loss for i, loss in enumerate(model.losses)},
+        "precision": plugin.precision,
+        "table": dict(plugin.dtypes().rows()),
+        "policies": _policies(model),
+        "before": before.at,
+        "after": after.at,
+        "gathered": gathers.by_step,
+        "audits": [a.report.format() if a.report is not None else None for a in audits],
+        "audit_ok": [a.ok for a in audits],
+        "switched_at": schedule.switched_at if schedule is not None else {},
+        "warnings": sorted({str(w.message) for w in caught if "precision" in str(w.message)}),
+        "params": _full(model) if error is None else {},
+    }
+
+
+def fits(args: dict[str, Any]) -> dict[str, Any] | None:
+    """Every run of ``args["runs"]`` in order, in these two processes; rank 0 returns them by label."""
+    torch.set_num_threads(1)
+    root = Path(args["out"])
+    out = {}
+    for run in args["runs"]:
+        out[run["label"]] = _fit_one(run, root)
+        if run.get("checkpoints"):
+            out[run["label"]]["checkpoints"] = sorted(p.name for p in (root / run["label"]).iterdir())
+    return out if torch.distributed.get_rank() == 0 else None

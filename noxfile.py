@@ -33,7 +33,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent))  # `python -m nox` has the noxfile's folder on sys.path, `nox` has not
 from tools import matrix
-from tools.packages import ROOT, Package, find, packages
+from tools.packages import ROOT, Package, find, packages, unpublished_packages
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = os.environ.get("NOX_TORCH_BACKEND", "virtualenv")
@@ -45,6 +45,9 @@ LIGHT = "uv|virtualenv"  # sessions that install no torch
 MATRIX = matrix.load()
 PACKAGES = packages()
 BASE = next(iter(PACKAGES.values()))
+# the repository's own test helpers (precision-testsupport, `published = false`): installed from their folder into
+# every session that runs tests, benchmarks, docs examples or the demo; never built, never from an index
+TEST_SUPPORT = [str(p.path) for p in unpublished_packages()]
 PYTHON = str(MATRIX["python"]["default"])
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis", "jsonargparse[signatures]>=4.27", "hatchling>=1.21", "build"]
 DS_ENV = {"DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
@@ -88,12 +91,13 @@ def local_paths(pkg: Package | None = None, cell: matrix.Cell | None = None) -> 
 
 
 def install_cell(session: nox.Session, cell: matrix.Cell, pkg: Package | None, *more: str) -> dict[str, str]:
-    """Install the local packages with the cell's versions as constraints; returns the cell's environment."""
+    """Install the local packages (and the test helpers, :data:`TEST_SUPPORT`) with the cell's versions as
+    constraints; returns the cell's environment."""
     constraints = Path(session.create_tmp()) / "cell-constraints.txt"
     constraints.write_text("\n".join(matrix.requirements(cell, MATRIX)) + "\n")
     session.log(f"constraints: {' '.join(matrix.requirements(cell, MATRIX))}")
     env = {**DS_ENV, **matrix.environment(cell, MATRIX)}
-    session.install("-c", str(constraints), *local_paths(pkg, cell), "lightning", *more, env=env)
+    session.install("-c", str(constraints), *local_paths(pkg, cell), *TEST_SUPPORT, "lightning", *more, env=env)
     return env
 
 
@@ -146,6 +150,8 @@ def define_cells(pkg: Package) -> None:
             # setuptools (DeepSpeed builds its CPU op with torch.utils.cpp_extension, which imports it; torch 2.4
             # requires it only on Python >= 3.12)
             session.install("-c", str(tmp / "floors.txt"), *TEST_DEPS, "pip", "setuptools")
+            if TEST_SUPPORT:  # the test helpers: from their folder, nothing more
+                session.install("--no-deps", *TEST_SUPPORT)
             run_pytest(session, report, matrix.test_paths(pkg, MATRIX), DS_ENV)
 
     lowest.__doc__ = f"{pkg.dist}'s tests with every direct dependency at its floor (uv --resolution lowest-direct)."
@@ -182,7 +188,7 @@ ZOO_DEPS = [*MODEL_DEPS, "litgpt==0.5.13"]
 def run_zoo(session: nox.Session, which: str) -> None:
     """tests-integration/zoo/ with ``ZOO=which``; records into build/zoo/<which>/; ``-- --update-docs`` merges them
     into docs/zoo.json and regenerates docs/zoo.md's table."""
-    env = everything(session, *TEST_DEPS, *ZOO_DEPS)
+    env = everything(session, *TEST_DEPS, *ZOO_DEPS, "cogapp>=3.4")  # cogapp: python -m tools.docgen below
     results = ROOT / "build" / "zoo" / which
     shutil.rmtree(results, ignore_errors=True)
     update = "--update-docs" in session.posargs
@@ -193,7 +199,7 @@ def run_zoo(session: nox.Session, which: str) -> None:
     finally:
         if update:
             session.run("python", "tests-integration/zoo/zoo_cases.py", "merge", str(results), "docs/zoo.json")
-            session.run("python", "-m", "tools.docs_hooks", "--write", env=env)
+            session.run("python", "-m", "tools.docgen", env=env)  # cog -r over the docs: the zoo table
 
 
 @nox.session(python=PYTHON, tags=["zoo"])
@@ -241,8 +247,9 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy (strict, from pyproject.toml) on each package's src/, with torch, Lightning and DeepSpeed installed."""
     everything(session, "mypy", "pytest")
-    env = {"MYPYPATH": os.pathsep.join(str(p.src) for p in PACKAGES.values())}
-    for pkg in PACKAGES.values():
+    checked = [*PACKAGES.values(), *unpublished_packages()]  # the test helpers too (they were precision-base's)
+    env = {"MYPYPATH": os.pathsep.join(str(p.src) for p in checked)}
+    for pkg in checked:
         session.run("mypy", str((pkg.src / pkg.module).relative_to(ROOT)), env=env)
 
 
@@ -299,7 +306,8 @@ def bump(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """mkdocs build --strict into site/, the docs' example plugin, and every page in a real browser (Chromium)."""
     env = everything(session, "mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26", "ruff",
-                     "playwright", *TEST_DEPS)  # fmt: skip
+                     "playwright", "cogapp>=3.4", "mkdocs-gen-files>=0.5", "mkdocs-literate-nav>=0.6",
+                     *TEST_DEPS)  # fmt: skip
     if not (os.environ.get("CHROMIUM") or any(map(shutil.which, ("chromium", "chromium-browser", "google-chrome")))):
         if os.environ.get("CI") != "true" or os.geteuid() != 0:
             session.error("the browser test needs Chromium: apt-get install chromium (or set CHROMIUM=/path)")

@@ -10,6 +10,9 @@
 * a plugin wheel registers its backend (from the package list) in the ``precision_base.plugins`` group;
 * the wheel holds ``py.typed``, ``__about__.py`` and the LICENSE, no tests, no ``__pycache__``; the sdist holds
   the README, the CHANGELOG, the LICENSE, the pyproject and the tests;
+* no wheel carries the repository's test helpers: the modules of a package listed with ``published = false``
+  (``precision-testsupport``), whether under its own name or under a ``testing/`` folder (where they lived in
+  precision-base); and no wheel or sdist of such a package is checked as if it could be published;
 * with ``--release``: the CHANGELOG has an entry for the version (``nox -s bump`` writes it) and the package's own
   ``changelog.d/`` holds no fragment (every package, precision-base included: ``nox -s bump`` renders them); a plugin's
   ``precision-base`` floor is at least the precision-base version in this tree (the one its tests ran against), and
@@ -30,7 +33,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from tools.packages import ROOT, Package, find, packages
+from tools.packages import ROOT, Package, find, packages, unpublished_packages
 
 LICENSE_TEXT = "Apache License"
 
@@ -111,8 +114,37 @@ def check_release_floor(pkg: Package, requires: list[Requirement], base: Package
     return problems
 
 
+def helper_modules(helpers: Package) -> set[str]:
+    """The module names of an unpublished package: its ``*.py`` files but ``__init__`` and ``__about__``."""
+    folder = helpers.src / helpers.module
+    return {f.stem for f in folder.glob("*.py")} - {"__init__", "__about__"}
+
+
+def check_helpers(names: list[str], helpers: list[Package]) -> list[str]:
+    """Members of a wheel (``names``) that are the test helpers of an unpublished package, one problem per package."""
+    problems = []
+    for package in helpers:
+        stems = helper_modules(package)
+        carried = [
+            n
+            for n in names
+            if n.startswith(f"{package.module}/")
+            or ("/testing/" in f"/{n}" and n.endswith(".py") and n.rsplit("/", 1)[-1][:-3] in stems)
+        ]
+        if carried:
+            problems.append(
+                f"carries the repository's test helpers {carried[:6]}: they belong to {package.dist} "
+                f"(packages/{package.path.name}/), which is never published"
+            )
+    return problems
+
+
 def check_wheel(
-    path: Path, pkg: Package, base: str = "precision-base", release_base: Package | None = None
+    path: Path,
+    pkg: Package,
+    base: str = "precision-base",
+    release_base: Package | None = None,
+    helpers: list[Package] | None = None,
 ) -> list[str]:
     problems: list[str] = []
     with zipfile.ZipFile(path) as zf:
@@ -139,6 +171,7 @@ def check_wheel(
     stray = [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/tests/" in f"/{n}"]
     if stray:
         problems.append(f"{path.name}: must not ship {stray[:5]}")
+    problems += [f"{path.name}: {p}" for p in check_helpers(names, helpers or [])]
     outside = [n for n in names if not n.startswith((f"{pkg.module}/", f"{info_dir}/"))]
     if outside:
         problems.append(f"{path.name}: files outside {pkg.module}/: {outside[:5]}")
@@ -195,16 +228,22 @@ def check_dir(
             continue
         if only is not None and canonicalize_name(dist_name) != canonicalize_name(only):
             continue
-        pkg = find(str(dist_name), root)
+        pkg = find(str(dist_name), root, unpublished=True)
+        checked.append(path.name)
+        if not pkg.published:
+            problems.append(
+                f"{path.name}: {pkg.dist} is never published (published = false in the package list): "
+                "no wheel or sdist of it belongs in a release"
+            )
+            continue
         base = next(iter(packages(root).values()))
         if kind == "wheel":
-            problems += check_wheel(path, pkg, base.dist, base if release else None)
+            problems += check_wheel(path, pkg, base.dist, base if release else None, unpublished_packages(root))
         else:
             problems += check_sdist(path, pkg, release)
         if release and pkg.dist not in seen:
             problems += [f"{pkg.dist}: {p}" for p in check_rendered(pkg)]
         seen.setdefault(pkg.dist, set()).add(kind)
-        checked.append(path.name)
     for dist, kinds in seen.items():
         if kinds != {"wheel", "sdist"}:
             problems.append(f"{dist}: expected a wheel and an sdist, found only {sorted(kinds)}")

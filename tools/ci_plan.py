@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from tools.packages import ROOT, packages
+from tools.packages import ROOT, packages, unpublished_packages
 
 SHARED = ("noxfile.py", "tools/", ".github/", "pyproject.toml")
 NOX_TAGS = ("-t", "ci", "matrix")  # bare `nox -l` lists only the CI slice (nox.options.tags)
@@ -31,7 +31,8 @@ def touched_packages(changed: Iterable[str] | None, root: Path = ROOT) -> set[st
     every = {p.tag for p in pkgs}
     if changed is None:
         return every
-    everything = (*SHARED, f"packages/{pkgs[0].dist}/")
+    # precision-base and the test helpers every package's tests import (unpublished workspace packages)
+    everything = (*SHARED, f"packages/{pkgs[0].dist}/", *(f"packages/{p.dist}/" for p in unpublished_packages(root)))
     touched: set[str] = set()
     for path in changed:
         if path.startswith(everything):

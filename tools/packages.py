@@ -3,6 +3,11 @@
 That table is the one list of packages. The nox sessions, CI planning (:mod:`tools.ci_plan`), the dist checks,
 the release workflow, the lowest-version cells and the docs hooks all read it through :func:`packages`, so adding
 a backend is a new folder under ``packages/`` and one line in that table.
+
+A row with ``published = false`` is a workspace package that is never built for an index (``precision-testsupport``,
+the repository's own test helpers): :func:`packages` leaves it out unless asked (``unpublished=True``), the nox
+sessions install it from its folder where tests need it (:func:`unpublished_packages`), and
+``tools/check_dist.py`` refuses its wheel and any wheel that carries its modules.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ class Package:
     """One distribution: ``dist`` is its PyPI name, ``module`` its import name, ``path`` its folder.
 
     ``backend`` is the name it registers in the ``precision_base.plugins`` entry-point group (``None`` for
-    precision-base); ``forbid`` the distributions it must never depend on at run time.
+    precision-base); ``forbid`` the distributions it must never depend on at run time; ``published`` False for a
+    workspace package that is never built for an index.
     """
 
     dist: str
@@ -32,6 +38,7 @@ class Package:
     path: Path
     backend: str | None = None
     forbid: tuple[str, ...] = ()
+    published: bool = True
 
     @property
     def about(self) -> Path:
@@ -77,8 +84,9 @@ def read_version(about: Path) -> str:
     return match.group(1)
 
 
-def packages(root: Path = ROOT) -> dict[str, Package]:
-    """Packages keyed by import name, in the table's order (dependency order: precision_base first)."""
+def packages(root: Path = ROOT, *, unpublished: bool = False) -> dict[str, Package]:
+    """Published packages keyed by import name, in the table's order (dependency order: precision_base first);
+    with ``unpublished=True`` the workspace packages marked ``published = false`` too."""
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     try:
         rows = config["tool"]["precision-plugins"]["packages"]
@@ -91,13 +99,24 @@ def packages(root: Path = ROOT) -> dict[str, Package]:
         path = root / "packages" / dist
         if not (path / "pyproject.toml").is_file():
             raise SystemExit(f"{root / 'pyproject.toml'} lists {dist}, but {path}/pyproject.toml does not exist")
-        found[module] = Package(dist, module, path, row.get("backend"), tuple(row.get("forbid", ())))
+        published = row.get("published", True)
+        if published or unpublished:
+            found[module] = Package(dist, module, path, row.get("backend"), tuple(row.get("forbid", ())), published)
     return found
 
 
-def find(name: str, root: Path = ROOT) -> Package:
-    """Look a package up by distribution name, import name or tag (``precision-fsdp``/``precision_fsdp``/``fsdp``)."""
-    for pkg in packages(root).values():
+def unpublished_packages(root: Path = ROOT) -> list[Package]:
+    """The workspace packages that are never published (``published = false``), in the table's order."""
+    return [pkg for pkg in packages(root, unpublished=True).values() if not pkg.published]
+
+
+def find(name: str, root: Path = ROOT, *, unpublished: bool = False) -> Package:
+    """Look a package up by distribution name, import name or tag (``precision-fsdp``/``precision_fsdp``/``fsdp``).
+
+    Only published ones (the release workflow and ``nox -s build -- <name>`` refuse any other name), unless
+    ``unpublished=True`` (``tools/check_dist.py``, which names the package in its refusal).
+    """
+    for pkg in packages(root, unpublished=unpublished).values():
         if name in (pkg.dist, pkg.module, pkg.tag):
             return pkg
     known = ", ".join(p.dist for p in packages(root).values())

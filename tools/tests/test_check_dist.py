@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tools.check_dist import check_dir
+from tools.packages import Package
 from tools.tests.fake_repo import build, make_package, write_package_list
 
 ROWS = [
@@ -189,3 +190,86 @@ def test_every_package_of_the_repository_carries_the_license_text() -> None:
     for pkg in packages().values():
         assert (pkg.path / "LICENSE").read_text() == license_text, f"{pkg.path / 'LICENSE'} differs from LICENSE"
         assert 'license-files = ["LICENSE"]' in pkg.pyproject.read_text()
+
+
+HELPERS_ROW = '{ dist = "precision-testsupport", published = false }'
+NEVER_PUBLISHED = "they belong to precision-testsupport (packages/precision-testsupport/), which is never published"
+
+
+def _with_test_helpers(root: Path) -> tuple[Package, Package]:
+    """precision-base with a conformance kit in ``testing/``, and the unpublished test helpers package."""
+    write_package_list(root, [ROWS[0], HELPERS_ROW])
+    base = make_package(root, "precision-base", ["packaging>=22"], entry_point=False)
+    kit = base.src / base.module / "testing"
+    kit.mkdir()
+    (kit / "__init__.py").write_text("")
+    (kit / "conformance.py").write_text("")
+    helpers = make_package(root, "precision-testsupport", ["precision-base"], entry_point=False)
+    for name in ("models", "dummy_plugin"):
+        (helpers.src / helpers.module / f"{name}.py").write_text("")
+    return base, helpers
+
+
+def test_a_wheel_that_carries_the_test_helpers_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("build")
+    base, _ = _with_test_helpers(tmp_path)
+    build(base, tmp_path / "kit-only")
+    assert check_dir(tmp_path / "kit-only", root=tmp_path)[1] == []  # the kit alone is fine
+    kit = base.src / base.module / "testing"
+    (kit / "models.py").write_text("")
+    (kit / "dummy_plugin.py").write_text("")
+    build(base, tmp_path / "dist")
+    _, problems = check_dir(tmp_path / "dist", root=tmp_path)
+    assert problems == [
+        "precision_base-0.3.0-py2.py3-none-any.whl: carries the repository's test helpers "
+        f"['precision_base/testing/dummy_plugin.py', 'precision_base/testing/models.py']: {NEVER_PUBLISHED}"
+    ]
+
+
+def test_every_way_a_wheel_can_carry_the_test_helpers_is_named() -> None:
+    from tools.check_dist import check_helpers
+    from tools.packages import find
+
+    helpers = find("precision-testsupport", unpublished=True)  # the real package and its modules
+    names = [
+        "precision_base/testing/conformance.py",
+        "precision_base/testing/ranks.py",
+        "precision_base/testing/launch.py",
+        "precision_testsupport/__init__.py",
+        "precision_fsdp/models.py",  # a plugin's own module of that name, not under testing/
+    ]
+    assert check_helpers(names, [helpers]) == [
+        f"carries the repository's test helpers ['precision_base/testing/launch.py', "
+        f"'precision_testsupport/__init__.py']: {NEVER_PUBLISHED}"
+    ]
+
+
+def test_a_wheel_or_sdist_of_the_test_helpers_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("build")
+    _, helpers = _with_test_helpers(tmp_path)
+    build(helpers, tmp_path / "dist")
+    _, problems = check_dir(tmp_path / "dist", root=tmp_path)
+    why = "precision-testsupport is never published (published = false in the package list): "
+    assert problems == [
+        f"precision_testsupport-0.3.0-py2.py3-none-any.whl: {why}no wheel or sdist of it belongs in a release",
+        f"precision_testsupport-0.3.0.tar.gz: {why}no wheel or sdist of it belongs in a release",
+    ]
+
+
+def test_the_real_precision_base_wheel_holds_the_kit_and_none_of_the_test_helpers(tmp_path: Path) -> None:
+    pytest.importorskip("build")
+    from tools.check_dist import check_helpers
+    from tools.packages import find, unpublished_packages
+
+    build(find("precision-base"), tmp_path)
+    (wheel,) = tmp_path.glob("precision_base-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert sorted(n for n in names if n.startswith("precision_base/testing/")) == [
+        "precision_base/testing/__init__.py",
+        "precision_base/testing/audit_fit.py",
+        "precision_base/testing/conformance.py",
+        "precision_base/testing/fabric_conformance.py",
+        "precision_base/testing/ranks.py",
+    ]
+    assert check_helpers(names, unpublished_packages()) == []

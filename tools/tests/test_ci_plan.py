@@ -32,6 +32,7 @@ SESSIONS = [
         (["packages/precision-deepspeed/README.md", "docs/index.md"], {"deepspeed"}),
         (["tests-integration/test_fsdp_resume.py"], {"fsdp"}),
         (["packages/precision-base/src/precision_base/spec.py"], {"base", "fsdp", "deepspeed"}),
+        (["packages/precision-testsupport/src/precision_testsupport/models.py"], {"base", "fsdp", "deepspeed"}),
         (["noxfile.py"], {"base", "fsdp", "deepspeed"}),
         ([".github/workflows/ci.yml"], {"base", "fsdp", "deepspeed"}),
         (["docs/index.md"], set()),

@@ -34,6 +34,25 @@ def test_the_repository_lists_its_three_packages_base_first() -> None:
     assert find("fsdp") == find("precision_fsdp") == find("precision-fsdp")
 
 
+def test_the_test_helpers_are_listed_as_a_package_that_is_never_published() -> None:
+    """precision-testsupport is in the list with ``published = false``: left out of :func:`packages` (so of every
+    build, release, matrix cell and docs list), found only when asked for, refused by the release's name check."""
+    from tools.packages import unpublished_packages
+
+    (helpers,) = unpublished_packages()
+    assert (helpers.dist, helpers.module, helpers.published) == (
+        "precision-testsupport",
+        "precision_testsupport",
+        False,
+    )
+    assert "precision_testsupport" not in packages()
+    assert find("testsupport", unpublished=True) == helpers
+    with pytest.raises(SystemExit, match="unknown package 'precision-testsupport'; expected one of precision-base"):
+        find("precision-testsupport")  # the release workflow's first step
+    classifiers = tomllib.loads(helpers.pyproject.read_text())["project"]["classifiers"]
+    assert "Private :: Do Not Upload" in classifiers  # PyPI refuses such an upload
+
+
 def test_each_backend_in_the_list_is_the_entry_point_its_pyproject_declares() -> None:
     for pkg in packages().values():
         project = tomllib.loads(pkg.pyproject.read_text())["project"]
@@ -106,9 +125,10 @@ def test_a_fourth_package_is_checked_when_built(four: Path) -> None:
 
 def test_the_package_list_is_the_only_one_in_the_tooling() -> None:
     """No tool, workflow or the noxfile spells the three distributions out again (the list is read instead)."""
-    readers = [ROOT / "noxfile.py", *(ROOT / "tools").glob("*.py"), *(ROOT / ".github" / "workflows").glob("*.yml")]
+    readers = [ROOT / "noxfile.py", *(ROOT / "tools").glob("*.py"), *(ROOT / "tools" / "docgen").glob("*.py")]
+    readers += (ROOT / ".github" / "workflows").glob("*.yml")
     for path in readers:
-        if path.name == "docs_hooks.py":  # the docs' page generator quotes names in its example pages
+        if path.name == "errors.py":  # the docs' error page quotes names in its examples
             continue
         text = path.read_text()
         assert "precision-deepspeed" not in text, path

@@ -2,7 +2,7 @@
 
 ``fit_each(args)`` runs in every rank (``precision_base.testing.ranks.run_ranks``): for each precision of
 ``args["precisions"]``, a ``precision_base.Trainer(precision_plugin="<backend>:<precision>", accelerator="cpu",
-devices=2, strategy="auto")`` fits :class:`AuditedRegressor` (an MLP with a hidden layer and a float32 buffer, AdamW)
+devices=2, strategy="auto")`` fits the kit's own ``TinyRegressor`` (a hidden layer, a float32 buffer, AdamW)
 for 2 steps with ``PrecisionAudit(strict=True)``. A plugin registered in-process by the kit class is registered
 here too, from ``args["register"]`` (the ``PluginInfo`` fields and the plugin class's ``module:QualName``).
 
@@ -29,12 +29,12 @@ _QUIET: dict[str, Any] = dict(
 
 
 def _regressor() -> Any:
-    """An :class:`AuditedRegressor` (the class is made on first use: importing this module imports no Lightning)."""
+    """A :class:`TinyRegressor` (its class is made on first use: importing this module imports no Lightning)."""
     import lightning.pytorch as pl
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
-    class AuditedRegressor(pl.LightningModule):
+    class TinyRegressor(pl.LightningModule):
         """``Linear(8, 16) -> GELU -> Linear(16, 1)`` plus a float32 zero buffer (so a precision that casts buffers
         shows it), AdamW, an MSE loss in float32, on 64 fixed samples ``(x, tanh(x @ w))`` in batches of 8."""
 
@@ -60,7 +60,7 @@ def _regressor() -> Any:
             w = torch.randn(8, 1, generator=gen) / 8**0.5
             return DataLoader(TensorDataset(x, torch.tanh(x @ w)), batch_size=8, shuffle=False)
 
-    return AuditedRegressor()
+    return TinyRegressor()
 
 
 def _register(fields: dict[str, Any]) -> None:

@@ -1,4 +1,8 @@
-"""Render the compatibility table (Markdown and JSON) from the results of matrix cells.
+"""Render the compatibility page (Markdown and JSON) from the results of matrix cells: the one renderer of this data.
+
+The page (docs/compatibility.md, shown by the site as written) has, per package, a grid (a row per version of the
+package's other dependencies, a column per Lightning minor, a cell saying whether its tests passed; what failed in
+footnotes), then every cell in detail: the table the package's README carries too (:func:`package_table`).
 
 A cell's result is a dict: ``session`` (the nox session name), ``package``, ``requested`` (the axis values,
 e.g. ``{"torch": "2.13", "lightning": "2.6"}`` or ``{"variant": "lowest"}``), ``status`` (``passed``,
@@ -134,6 +138,64 @@ def _cpu(cell: dict[str, Any]) -> str:
     return f"native fp16: {fp16}"
 
 
+AXIS_TITLES = {"torch": "torch", "lightning": "Lightning", "deepspeed": "DeepSpeed", "python": "Python"}
+
+
+def _grid_result(cell: dict[str, Any], notes: list[str]) -> str:
+    tests = cell.get("tests") or {}
+    if cell["status"] == "passed":
+        skipped = f", {tests['skipped']} skipped" if tests.get("skipped") else ""
+        return f"{tests.get('tests', 0) - tests.get('skipped', 0)} passed{skipped}"
+    notes.append(f"`{cell['session']}`: {cell.get('reason') or cell['status']}".replace("\n", " "))
+    return f"**{cell['status'].upper()}** [^{len(notes)}]"
+
+
+def package_grid(group: list[dict[str, Any]], notes: list[str]) -> list[str]:
+    """One package's cells as a grid (a row per version of its other dependencies, a column per Lightning minor),
+    the ``lowest`` cell's versions and the exact versions installed; a failing cell's reason is added to ``notes``
+    (the page's footnotes)."""
+    grid = [c for c in group if "variant" not in c["requested"]]
+    lines: list[str] = []
+    if grid:
+        axes = sorted({a for c in grid for a in c["requested"]}, key=lambda a: (a == "lightning", a))
+        columns = sorted({c["requested"].get("lightning", "") for c in grid}, key=_version_key)
+        row_axes = [a for a in axes if a != "lightning"]
+        rows = sorted(
+            {tuple(c["requested"].get(a, "") for a in row_axes) for c in grid},
+            key=lambda r: [_version_key(v) for v in r],
+        )
+        head = [AXIS_TITLES.get(a, a) for a in row_axes] + [f"Lightning {v}" if v else "result" for v in columns]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for row in rows:
+            found = {
+                c["requested"].get("lightning", ""): c
+                for c in grid
+                if tuple(c["requested"].get(a, "") for a in row_axes) == row
+            }
+            results = [_grid_result(found[v], notes) if v in found else "not run" for v in columns]
+            lines.append("| " + " | ".join([*row, *results]) + " |")
+        lines.append("")
+    for cell in group:
+        if cell["requested"].get("variant") == "lowest":
+            versions = (cell.get("installed") or {}).get("versions", {})
+            floors = ", ".join(f"{AXIS_TITLES[k]} {versions[k]}" for k in AXIS_TITLES if versions.get(k))
+            lines += [  # what the lowest cell really installed: precision-base declares no torch floor
+                f"The `lowest` cell (each direct dependency at the floor its metadata declares, "
+                f"`uv --resolution lowest-direct`) installed {floors}: {_grid_result(cell, notes)}.",
+                "",
+            ]
+    exact = sorted(
+        {
+            f"{AXIS_TITLES.get(k, k)} {v}"
+            for c in group
+            for k, v in ((c.get("installed") or {}).get("versions") or {}).items()
+            if v and k in ("torch", "lightning", "deepspeed")
+        },
+        key=lambda t: (t.split()[0], _version_key(t.split()[-1]), t),
+    )
+    return [*lines, f"Installed exactly: {', '.join(exact)}.", ""]
+
+
 def package_table(group: list[dict[str, Any]]) -> list[str]:
     """The markdown table of one package's cells (stable order), why each failing cell failed, and skip reasons."""
     header = ["cell", "result", "unit tests", "real fit", *COLUMNS, "python", "CPU"]
@@ -221,13 +283,15 @@ def render_markdown(cells: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     by_package: dict[str, list[dict[str, Any]]] = {}
     for cell in cells:
         by_package.setdefault(cell["package"], []).append(cell)
+    notes: list[str] = []
     for package, group in by_package.items():
-        lines += [f"## {package}", "", *package_table(group)]
-    excluded = meta.get("excluded") or []
-    if excluded:
-        lines += ["## Left out of the matrix", ""]
-        lines += [f"- {item}" for item in excluded]
-        lines.append("")
+        lines += [f"## {package}", "", *package_grid(group, notes)]
+        lines += ["Every cell:", "", *package_table(group)]
+    pythons = sorted({str((c.get("installed") or {}).get("python", "?")) for c in cells}, key=_version_key)
+    lines += ["## How these were run", ""]
+    lines.append(f"- Python {', '.join(pythons)}, CPU only: GPU-only tests skip, and count as skipped above.")
+    lines += [f"- {item}" for item in meta.get("excluded") or []]
+    lines.append("")
     lines += [
         "## Reproduce",
         "",
@@ -236,7 +300,8 @@ def render_markdown(cells: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "```",
         "",
     ]
-    return "\n".join(lines)
+    lines += [f"[^{i}]: {note}" for i, note in enumerate(notes, 1)]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def write(

@@ -10,18 +10,18 @@
 
 Every ``python`` block also runs alone, on CPU (``CUDA_VISIBLE_DEVICES=""``, ``OMP_NUM_THREADS=1``), with this
 interpreter, in an empty folder, saved under the file name its page gives it (``<!-- save-as: NAME.py -->`` before
-the fence, or the ``gen:file`` marker's file name), and must exit 0:
+the fence, or the embedded file's name), and must exit 0:
 
-* A block embedded from a file (``<!-- gen:file:docs/examples/X.py -->``) *is* that file (``python -m
-  tools.docs_hooks --check`` and ``test_generated_text_in_the_pages_is_current`` keep it byte for byte), and
-  ``pytest docs/examples`` in the same ``nox -s docs`` session runs every such file with its expected output. Here
-  the test checks that the block equals the file and that a test of docs/examples runs that file, so the
-  2-process fits are not run twice.
+* A block embedded from a file (its body ``--8<--``, the path ``docs/examples/X.py``, ``--8<--``: pymdownx.snippets'
+  block form, which puts the file in when the site is built; ruff's Markdown formatting leaves it alone, as it does not
+  parse as Python) *is* that file, and ``pytest docs/examples`` in the same ``nox -s docs`` session
+  runs every such file with its expected output. Here the test checks that a test of docs/examples runs that
+  file, so the 2-process fits are not run twice.
 * Every other block is run here (:func:`test_python_block_runs_alone`).
 * A block that cannot run alone says so where it stands, in an HTML comment directly before its fence:
-  ``<!-- not-run-alone: REASON -->`` (a fragment of the block above, an error case the docs hook provokes when it
-  builds the page, a GPU-only line). The test asserts that the reason is given (at least three words); nothing is
-  skipped silently.
+  ``<!-- not-run-alone: REASON -->`` (a fragment of the block above, an error case tools/docgen/errors.py provokes
+  when it writes the page, a GPU-only line). The test asserts that the reason is given (at least three words);
+  nothing is skipped silently.
 
 ``bash``/``console`` blocks: every ``precision-plugins ...`` command line (``$``-prefixed in a ``console`` block) is
 run with this environment's ``precision-plugins`` and must exit 0, or with the status the block prints after it
@@ -56,15 +56,29 @@ EXAMPLES = {p.stem for p in (ROOT / "docs" / "examples").glob("*.py") if not p.s
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```\s*$", re.M | re.S)
 
 
+SNIPPET = re.compile(r"--8<--\n(?P<path>[\w./-]+)\n--8<--")
+
+
 def blocks(page: Path) -> list[tuple[int, str, str]]:
-    """``(offset, language, code)`` of every fenced block of ``page`` (indented fences dedented)."""
+    """``(offset, language, code)`` of every fenced block of ``page`` (indented fences dedented); a block that
+    embeds a file (pymdownx.snippets' block form, ``--8<--`` / the path / ``--8<--``) is that file's text, as the
+    site shows it."""
     text = page.read_text(encoding="utf-8")
     out = []
     for m in FENCE.finditer(text):
         indent = len(m.group("indent"))
         code = "\n".join(line[indent:] for line in m.group("body").splitlines())
+        if snippet := SNIPPET.fullmatch(code.strip()):
+            code = (ROOT / snippet.group("path")).read_text(encoding="utf-8").rstrip("\n")
         out.append((m.start(), m.group("lang"), code))
     return out
+
+
+def embedded(page: Path, offset: int) -> str | None:
+    """The file the fenced block at ``offset`` embeds (its body ``--8<--``, the path, ``--8<--``), else None."""
+    m = FENCE.match(page.read_text(encoding="utf-8"), offset)
+    snippet = SNIPPET.fullmatch(m.group("body").strip()) if m else None
+    return snippet.group("path") if snippet else None
 
 
 def _id(page: Path) -> str:
@@ -124,7 +138,6 @@ def test_install_lines_use_the_cpu_index_for_torch_and_never_noxs_venv(page: Pat
 # ---- every block runs alone ---------------------------------------------------------------------------------------
 NOT_RUN = re.compile(r"<!-- not-run-alone: (?P<reason>.*?) -->")
 SAVE_AS = re.compile(r"<!-- save-as: (?P<name>[\w.-]+\.py) -->|[Ss]ave(?: this| it)? as `(?P<prose>[\w.-]+\.py)`")
-GEN_FILE = re.compile(r"<!-- gen:file:(?P<path>[\w./-]+) -->")
 EXAMPLE_TESTS = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs" / "examples").glob("test_*.py"))
 
 
@@ -150,16 +163,20 @@ def _save_as(page: Path, offset: int) -> str:
 def python_blocks() -> list[tuple[Path, int, str, str, str]]:
     """``(page, line, code, the comment before it, its file name)`` of every ``python`` block of the site and the
     READMEs."""
-    return [
-        (page, _line(page, offset), code, _comment_before(page, offset), _save_as(page, offset))
-        for page in PAGES
-        for offset, lang, code in blocks(page)
-        if lang in ("python", "py")
-    ]
+    out = []
+    for page in PAGES:
+        for offset, lang, code in blocks(page):
+            if lang not in ("python", "py"):
+                continue
+            path = embedded(page, offset)
+            # an embedded block's marker is its snippet line; its file name the embedded file's
+            comment = f"--8<--\n{path}\n--8<--" if path else _comment_before(page, offset)
+            out.append((page, _line(page, offset), code, comment, Path(path).name if path else _save_as(page, offset)))
+    return out
 
 
 PYTHON_BLOCKS = python_blocks()
-TO_RUN = [b for b in PYTHON_BLOCKS if not GEN_FILE.fullmatch(b[3]) and not NOT_RUN.fullmatch(b[3])]
+TO_RUN = [b for b in PYTHON_BLOCKS if not SNIPPET.fullmatch(b[3]) and not NOT_RUN.fullmatch(b[3])]
 
 
 def _block_id(block: tuple[Path, int, str, str, str]) -> str:
@@ -209,13 +226,13 @@ def test_blocks_that_do_not_run_alone_say_why() -> None:
     assert TO_RUN, "no block was found to run"
 
 
-@pytest.mark.parametrize("block", [b for b in PYTHON_BLOCKS if GEN_FILE.fullmatch(b[3])], ids=_block_id)
-def test_an_embedded_example_is_its_file_and_docs_examples_runs_it(block: tuple[Path, int, str, str, str]) -> None:
-    page, line, code, comment, _name = block
-    m = GEN_FILE.fullmatch(comment)
+@pytest.mark.parametrize("block", [b for b in PYTHON_BLOCKS if SNIPPET.fullmatch(b[3])], ids=_block_id)
+def test_an_embedded_example_is_run_by_docs_examples(block: tuple[Path, int, str, str, str]) -> None:
+    page, line, _code, comment, _name = block
+    m = SNIPPET.fullmatch(comment)
     assert m is not None
     path = ROOT / m.group("path")
-    assert code == path.read_text(encoding="utf-8").rstrip("\n"), f"{_id(page)}:{line} differs from {path}"
+    assert path.is_file(), f"{_id(page)}:{line} embeds {m.group('path')}, which does not exist"
     run_by = (path.name, f'"{path.parent.name}"', f"import {path.parent.name}", f"from {path.parent.name}")
     assert path.name.startswith("test_") or any(s in EXAMPLE_TESTS for s in run_by), (
         f"{_id(page)}:{line} embeds {m.group('path')}, which no test in docs/examples runs"

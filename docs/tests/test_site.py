@@ -4,7 +4,7 @@ Every page of the site is loaded from a local server on 127.0.0.1 and checked fo
 
 * no console error or uncaught exception, except fonts that cannot load offline;
 * no code block (``pre``) and no table wider than its container (text cut off at the right edge), at 1280 px
-  and at a phone's 390 px;
+  and at a phone's 390 px: a wide one scrolls sideways inside it (a table keeps its first column in view);
 * no raw Sphinx role (``:class:``, ``:func:``, ...) or reST table border shown as text;
 * every image loads;
 * the copy button of a code block copies no ``$`` prompt;
@@ -67,9 +67,18 @@ MEASURE_JS = """
       blocks.push({kind: 'pre', width: code.scrollWidth, visible: code.clientWidth, text: describe(pre)});
     }
   }
+  // a table wider than the column is fine when its wrapper scrolls sideways (extra.css), with its first column
+  // (what names the row) sticky; one that overflows without scrolling cuts text off
+  const tables = [];
   for (const table of document.querySelectorAll('.md-content table')) {
     const wrap = table.closest('.md-typeset__scrollwrap') || table.parentElement;
-    if (over(table) || over(wrap)) {
+    const first = table.querySelector('tr > :first-child');
+    const wide = over(table) || over(wrap);
+    tables.push({
+      wide: wide, scrolls: scrolls(wrap), text: describe(table),
+      sticky: first !== null && getComputedStyle(first).position === 'sticky',
+    });
+    if ((over(table) && !scrolls(table)) || (over(wrap) && !scrolls(wrap))) {
       const width = Math.max(table.scrollWidth, wrap.scrollWidth);
       blocks.push({kind: 'table', width: width, visible: wrap.clientWidth, text: describe(table)});
     }
@@ -94,7 +103,8 @@ MEASURE_JS = """
   const right = article.getBoundingClientRect().right;
   const range = document.createRange();
   for (const code of document.querySelectorAll('.md-content code')) {
-    if (code.closest('pre') || !code.textContent.trim()) continue;
+    // code in a table scrolls with its table (checked above), not with the text column
+    if (code.closest('pre') || code.closest('table') || !code.textContent.trim()) continue;
     inline.spans += 1;
     const rects = [...code.getClientRects()];
     // the span's own padding may reach past the column (the theme clones it onto every line), its text may not
@@ -131,6 +141,7 @@ MEASURE_JS = """
     tables: document.querySelectorAll('.md-content table').length,
     overflowing: blocks,
     code_blocks: codeBlocks,
+    table_blocks: tables,
     images: images,
     copied_prompts: prompts,
     text: article.innerText,
@@ -310,9 +321,22 @@ def test_wide_code_blocks_scroll_and_keep_their_lines_on_a_phone(
     assert not stuck, "wide code blocks that do not scroll:\n" + "\n".join(stuck)
 
 
+def test_wide_tables_scroll_with_their_first_column_in_view_on_a_phone(
+    measured_on_a_phone: dict[str, dict[str, Any]],
+) -> None:
+    """At 390 px a table wider than the column (the dtype grid, the zoo, the compatibility details) scrolls
+    sideways inside the theme's wrapper (overflow-x auto, extra.css), and its first column, which names the row,
+    is sticky: every row stays readable without the page itself scrolling sideways."""
+    tables = [(page, t) for page, m in measured_on_a_phone.items() for t in m["table_blocks"]]
+    wide = [(page, t) for page, t in tables if t["wide"]]
+    assert wide, f"no table is wider than a {PHONE_WIDTH}px column: this test would show nothing"
+    stuck = [f"{page}: {t['text']!r}" for page, t in wide if not (t["scrolls"] and t["sticky"])]
+    assert not stuck, "wide tables that do not scroll with a sticky first column:\n" + "\n".join(stuck)
+
+
 def test_inline_code_never_splits_a_name_on_a_phone(measured_on_a_phone: dict[str, dict[str, Any]]) -> None:
     """At 390 px an inline code span in prose that wraps breaks only after punctuation (``.``, ``_``, ``:``, ...,
-    where tools/docs_hooks.py puts a ``<wbr>`` in long spans) or at a space, never between two letters or digits of
+    where tools/docgen/hooks.py puts a ``<wbr>`` in long spans) or at a space, never between two letters or digits of
     a name (Material's own ``word-break: break-word`` split ``precision_base.pytorch_lightning.PrecisionAudit``
     anywhere), and no span runs past the text column."""
     pages = measured_on_a_phone.items()

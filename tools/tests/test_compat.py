@@ -94,6 +94,10 @@ def test_table_shows_failing_cells_with_reason(tmp_path: Path) -> None:
     assert "- `lowest-precision_fsdp`: test_x: boom" in text
     assert "- a: b" in text
     assert json.loads(js.read_text())["cells"][1]["status"] == "failed"
+    # the grid before the details: a row per torch, a column per Lightning; the failing cell's reason a footnote
+    assert "| torch | Lightning 2.6 |\n|---|---|\n| 2.13 | 0 passed |" in text
+    assert "installed : **FAILED** [^1]." in text
+    assert text.endswith("[^1]: `lowest-precision_fsdp`: test_x: boom\n")
 
 
 def test_package_readme_gets_its_own_rows_between_markers(tmp_path: Path) -> None:
@@ -128,3 +132,14 @@ def test_rows_in_numeric_version_order() -> None:
         {"python": "3.11", "torch": "2.13"},
         {"variant": "lowest"},
     ]
+
+
+def test_the_committed_compatibility_page_is_what_its_data_renders_to() -> None:
+    """docs/compatibility.md is this module's rendering of docs/compatibility.json (the site shows it as written)."""
+    from tools.compat import render_markdown
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    data = json.loads((docs / "compatibility.json").read_text(encoding="utf-8"))
+    assert (docs / "compatibility.md").read_text(encoding="utf-8") == render_markdown(data["cells"], data["meta"]), (
+        "docs/compatibility.md is stale: rewrite it from docs/compatibility.json with tools.compat.render_markdown"
+    )

@@ -1,0 +1,78 @@
+"""The benchmarks summary leads with its charts: each committed benchmark's chart, with what its run found (the
+result file's ``findings``, written by the benchmark from its numbers), ahead of the tables.
+
+docs/benchmarks/index.md is written by ``benchmarks/run.py --update-docs``; the site's copy gets this section
+after its title (``on_site`` runs in the mkdocs-gen-files script, tools/docgen/site.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from tools.docgen import ROOT, md_escape
+
+BENCHMARKS = {
+    "overhead-fsdp": "Step time, FSDP2: ours against Lightning's built-in and a hand-written loop",
+    "overhead-deepspeed": "Step time, DeepSpeed: ours against Lightning's built-in and a hand-written loop",
+    "memory": "Memory per rank",
+    "numerics": "Loss against 32-true",
+    "discovery": "Discovery cost",
+}
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)  # JSON writes NaN as null
+
+
+def _diverged(result: Path) -> list[str]:
+    """A sentence per run of the numerics benchmark whose loss became non-finite (it has no line in the chart)."""
+    out = []
+    for run in json.loads(result.read_text(encoding="utf-8")).get("results", []):
+        losses = run.get("losses") or []
+        bad = next((i for i, loss in enumerate(losses) if not _finite(loss)), None)
+        if bad is not None or not _finite(run.get("eval_loss", 0.0)):
+            step = f" from step {bad + 1}" if bad is not None else ""
+            out.append(f"{run['name']} diverged (loss NaN{step}), so its legend entry has no line.")
+    return out
+
+
+def _overhead_verdict(findings: list[str]) -> str:
+    """One sentence from an overhead benchmark's findings: where ours differs from Lightning's built-in."""
+    against_builtin = [re.sub(r":\s*(slower|faster) beyond.*", r" (\1)", f) for f in findings if "ours/builtin" in f]
+    if not against_builtin:
+        return "Against Lightning's built-in: the same within the 95% interval at every precision."
+    return (
+        "Against Lightning's built-in: the same within the 95% interval, in every round, except "
+        + "; ".join(md_escape(f) for f in against_builtin)
+        + "."
+    )
+
+
+def glance(folder: Path = ROOT / "docs" / "benchmarks") -> str:
+    out = ["## At a glance\n"]
+    for name, title in BENCHMARKS.items():
+        result = folder / f"{name}.json"
+        if not result.is_file():
+            continue
+        findings = json.loads(result.read_text(encoding="utf-8")).get("findings") or []
+        out.append(f"### [{title}]({name}.md)\n")
+        if (folder / f"{name}.png").is_file():
+            out.append(f"![{title}]({name}.png)\n")
+        if name.startswith("overhead"):
+            out.append(f"- {_overhead_verdict(findings)}")
+        else:
+            out += [f"- {md_escape(f)}" for f in findings[:2]]
+            if name == "numerics":
+                out += [f"- {md_escape(line)}" for line in _diverged(result)]
+        out.append(f"- Details: [{name}]({name}.md)")
+        out.append("")
+    return "\n".join(out)
+
+
+def on_site(markdown: str) -> str:
+    """The summary page as the site shows it: the title, then :func:`glance`, then the page's own text."""
+    title, _sep, body = markdown.partition("\n")
+    return f"{title}\n\n{glance()}\n{body}"

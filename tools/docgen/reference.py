@@ -1,0 +1,91 @@
+"""The API reference: one page per public module of each published package, and their navigation.
+
+Run by mkdocs-gen-files (tools/docgen/site.py) at build time: the pages are never committed. Each page holds a
+mkdocstrings ``:::`` block; each object is documented once, where it is defined. A name a module re-exports from
+another public module is not documented again: the module lists it with a link to where it is documented. Names
+re-exported from a private module are documented where they are exported (the private module has no page).
+The navigation is ``reference/SUMMARY.md``, read by mkdocs-literate-nav (``- API reference: reference/``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tools.packages import packages
+
+
+def sources() -> dict[str, Path]:
+    """``{module: src folder}`` of the package list's published packages."""
+    return {p.module: p.src for p in packages().values() if getattr(p, "published", True)}
+
+
+def _public(path: str) -> bool:
+    return not any(part.startswith("_") for part in path.split("."))
+
+
+def _public_modules(package: Any) -> Iterator[Any]:
+    yield package
+    for member in package.members.values():
+        if not member.is_alias and member.is_module and _public(member.name):
+            yield from _public_modules(member)
+
+
+def blocks(package_name: str) -> dict[str, str]:
+    """The ``:::`` block of every public module of a package, by module path."""
+    import griffe
+
+    src = sources()
+    if package_name not in src or not (src[package_name] / package_name).is_dir():
+        return {}
+    package = griffe.load(package_name, search_paths=[str(p) for p in src.values()], resolve_aliases=False)
+    out = {}
+    for mod in _public_modules(package):
+        own: list[str] = []
+        links: list[tuple[str, str]] = []
+        for member_name, member in mod.members.items():
+            if member_name.startswith("_"):
+                continue
+            if member.is_alias:
+                if mod.exports is None or member_name not in mod.exports:
+                    continue  # an import, not an export
+                target = member.target_path
+                if _public(target.rsplit(".", 1)[0]) and target.split(".", 1)[0] in src:
+                    links.append((member_name, target))
+                    continue
+            elif member.is_module:
+                continue
+            own.append(member_name)
+        members = "[" + ", ".join(own) + "]" if own else "false"
+        block = f"::: {mod.path}\n    options:\n      members_order: source\n      members: {members}\n"
+        block += "      show_submodules: false\n"
+        if links:
+            rows = ["| name | documented at |", "|---|---|"]
+            rows += [f"| `{n}` | [`{t}`][{t}] |" for n, t in links]
+            block += f"\nAlso exported by `{mod.path}` (documented where it is defined):\n\n" + "\n".join(rows) + "\n"
+        out[mod.path] = block
+    return out
+
+
+def pages() -> dict[str, str]:
+    """``{path under reference/: page text}`` for every public module, and ``SUMMARY.md``, the section's nav."""
+    out: dict[str, str] = {}
+    nav: list[str] = []
+    for name, src in sources().items():
+        found = blocks(name)
+        folder = src.relative_to(src.parents[2]) / name
+        if not found:
+            out[f"{name}.md"] = f"# `{name}`\n\n!!! note\n    `{name}` has no source in this tree.\n"
+            nav.append(f"* [{name}]({name}.md)")
+            continue
+        modules = [m for m in found if m != name]
+        listing = "\n".join(f"- [`{m}`]({m}.md)" for m in modules)
+        out[f"{name}.md"] = (
+            f"# `{name}`\n\nGenerated from the docstrings in `{folder.as_posix()}`.\n\n{found[name]}\n"
+            f"## Modules\n\nOne page per module:\n\n{listing}\n"
+        )
+        out.update({f"{m}.md": f"# `{m}`\n\n{found[m]}" for m in modules})
+        nav += [f"* {name}", f"    * [{name}]({name}.md)", *(f"    * [{m}]({m}.md)" for m in modules)]
+    out["SUMMARY.md"] = "\n".join(nav) + "\n"
+    return out

@@ -49,21 +49,32 @@ def test_no_private_symbol_outside_the_fence() -> None:
 
 
 def test_every_lightning_override_is_marked() -> None:
-    """typing_extensions.override on every method the plugin and the strategy override from Lightning."""
+    """typing_extensions.override on every method the plugin (each of its mixins included, both doors) and the
+    strategy override from Lightning."""
+    import lightning.fabric as lf
     import lightning.pytorch as pl
 
+    from precision_fsdp.fabric import FabricFSDPPrecisionImpl
     from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
     from precision_fsdp.implementation import FSDPPrecisionImpl
 
+    checked = 0
     for impl, lightning_base in (
         (FSDPPrecisionImpl, pl.plugins.precision.FSDPPrecision),
+        (FabricFSDPPrecisionImpl, lf.plugins.precision.FSDPPrecision),
         (FSDP2StrategyImpl, pl.strategies.ModelParallelStrategy),
     ):
-        for name, member in vars(impl).items():
-            func = member.fget if isinstance(member, property) else member
-            if not callable(func) or name.startswith("__") or not hasattr(lightning_base, name):
-                continue
-            assert getattr(func, "__override__", False), f"{impl.__name__}.{name} overrides Lightning without @override"
+        ours = [cls for cls in impl.__mro__ if cls.__module__.startswith("precision_fsdp.")]
+        for cls in ours:
+            for name, member in vars(cls).items():
+                func = member.fget if isinstance(member, property) else member
+                if not callable(func) or name.startswith("__") or not hasattr(lightning_base, name):
+                    continue
+                checked += 1
+                assert getattr(func, "__override__", False), (
+                    f"{cls.__name__}.{name} overrides Lightning without @override"
+                )
+    assert checked > 20
 
 
 def test_fully_shard_location_is_feature_detected() -> None:

@@ -10,7 +10,8 @@ differs in Fabric's loop:
   scaler's kind and device are settled in ``backward`` before the loss is scaled;
 * Fabric's ``optimizer_step(optimizer, **kwargs)`` has no closure: the step is Fabric's (the scaler steps and
   updates), watched for runs of skipped steps like the Trainer's;
-* ``configure_strategy`` pairs the plugin with Fabric's strategies (``strategy="auto"`` -> :class:`FSDP2Strategy`).
+* ``configure_strategy`` pairs the plugin with Fabric's strategies (``strategy="auto"`` -> :class:`FSDP2Strategy`):
+  the choice is :func:`precision_fsdp.selection.choose_fabric_strategy`, beside the Trainer's.
 
 Clip-by-norm needs nothing here: Fabric's ``clip_gradients`` unscales through the plugin, then clips the DTensor
 gradients of FSDP2 by their exact global norm (``ModelParallelStrategy``), or calls FSDP1's ``clip_grad_norm_``.
@@ -26,22 +27,13 @@ from lightning.fabric.strategies.model_parallel import ModelParallelStrategy as 
 from typing_extensions import override
 
 from precision_base.fabric import bind_device_from_inputs
-from precision_base.plugin_support import uses_cpu, wrong_strategy_error
-from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
 from precision_fsdp.implementation import FSDPPrecisionImpl
+from precision_fsdp.selection import HOW_FABRIC_FSDP1, HOW_FABRIC_FSDP2, choose_fabric_strategy
 from precision_fsdp.sharding import fsdp_version_of
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
-
-HOW_FABRIC_FSDP2 = (
-    'strategy="auto" (FSDP2, sharded by a default policy; precision_fsdp.fabric.FSDP2Strategy(auto_wrap_policy=...) '
-    "to choose the units), or lightning.fabric.strategies.ModelParallelStrategy(parallelize_fn, "
-    "data_parallel_size=<devices>, tensor_parallel_size=1) whose parallelize_fn calls "
-    'plugin.fully_shard(module, mesh=device_mesh["data_parallel"])'
-)
-HOW_FABRIC_FSDP1 = 'strategy="fsdp" (or lightning.fabric.strategies.FSDPStrategy(...)) on CUDA GPUs'
 
 
 class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
@@ -53,32 +45,11 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
         """The Fabric strategy to use: ``"auto"`` -> :class:`FSDP2Strategy` (FSDP2 over all processes, sharded by
         the plugin); any ``ModelParallelStrategy`` is kept; ``"fsdp"``/``FSDPStrategy`` (FSDP1) is kept off CPU and
         refused on CPU; anything else raises :class:`~precision_base.TrainerConfigurationError` naming what to pass.
+        See :func:`precision_fsdp.selection.choose_fabric_strategy`.
         """
-        lightning: Any = self.lightning
-        cpu_problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None
-        fsdp1: type = lightning.strategies.FSDPStrategy
-        model_parallel: type = lightning.strategies.ModelParallelStrategy
-        wants_fsdp1 = (isinstance(strategy, str) and strategy.startswith("fsdp")) or isinstance(strategy, fsdp1)
-        if wants_fsdp1:
-            if uses_cpu(accelerator):
-                raise wrong_strategy_error(
-                    self.spec,
-                    strategy,
-                    "FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an accelerator for "
-                    f"FullyShardedDataParallel). On CPU, use FSDP2: pass {HOW_FABRIC_FSDP2}.",
-                )
-            return strategy
-        if strategy == "auto" or isinstance(strategy, model_parallel):
-            if cpu_problem is not None:
-                raise wrong_strategy_error(
-                    self.spec, strategy, f"FSDP2 cannot run on a CPU with this torch: {cpu_problem}."
-                )
-            if strategy == "auto":
-                from precision_base.namespaces import for_namespace
-
-                return for_namespace(FSDP2Strategy, lightning.__name__)()
-            return strategy
-        raise wrong_strategy_error(self.spec, strategy, f"Pass {HOW_FABRIC_FSDP2} for FSDP2, or {HOW_FABRIC_FSDP1}.")
+        return choose_fabric_strategy(
+            self.spec, self.lightning, strategy, accelerator=accelerator, fsdp2_strategy=FSDP2Strategy
+        )
 
     @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
@@ -117,12 +88,7 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
             precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         fabric_step = super(FSDPPrecisionImpl, self).optimizer_step  # Fabric's signature, not the Trainer's
-        if self._check_finite and self._overflow is not None:
-            skipped = self._drop_nonfinite_grads(optimizer)
-            output = fabric_step(optimizer, **kwargs)
-            self._overflow.after_step(skipped, None, self.spec)
-            return output
-        return self._scaler_step_watched(lambda: fabric_step(optimizer, **kwargs))
+        return self._steps.fabric_step(lambda: fabric_step(optimizer, **kwargs), optimizer, self.scaler, self.spec)
 
 
 class FSDPPrecision(FabricFSDPPrecisionImpl, lf.plugins.precision.FSDPPrecision):  # type: ignore[misc]
@@ -166,4 +132,11 @@ class FSDP2Strategy(FabricFSDP2StrategyImpl, _FabricModelParallelStrategy):  # t
     data parallel over all processes. See :class:`FabricFSDP2StrategyImpl`."""
 
 
-__all__ = ["FSDP2Strategy", "FSDPPrecision", "FabricFSDP2StrategyImpl", "FabricFSDPPrecisionImpl"]
+__all__ = [
+    "HOW_FABRIC_FSDP1",
+    "HOW_FABRIC_FSDP2",
+    "FSDP2Strategy",
+    "FSDPPrecision",
+    "FabricFSDP2StrategyImpl",
+    "FabricFSDPPrecisionImpl",
+]

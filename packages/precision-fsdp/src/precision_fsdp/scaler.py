@@ -12,7 +12,7 @@ the same keys for both kinds, and for Lightning's built-in plugin, so checkpoint
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch.amp import GradScaler
@@ -110,3 +110,23 @@ def move_state(old: GradScaler, new: GradScaler) -> GradScaler:
     if state:
         new.load_state_dict(state)
     return new
+
+
+def ready_scaler(
+    scaler: Optional[GradScaler], user: bool, version: FSDPVersion, device_type: str, options: Mapping[str, Any]
+) -> Optional[GradScaler]:
+    """The scaler to train with once the FSDP version and the device are known: a user's scaler, checked; the
+    plugin's own, rebuilt with its state when it is of the wrong kind (``ShardedGradScaler`` for FSDP1) or device.
+
+    Raises:
+        ValueError: (a user's scaler) see :func:`check_user_scaler`.
+    """
+    if scaler is None:
+        return None
+    if user:
+        check_user_scaler(scaler, version, device_type)
+        return scaler
+    right_kind = is_sharded_scaler(scaler) == (version == 1)
+    if not right_kind or scaler_device(scaler) != device_type:
+        return move_state(scaler, make_scaler(version, device_type, options))
+    return scaler

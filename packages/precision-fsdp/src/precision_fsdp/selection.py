@@ -9,6 +9,10 @@
   ``mixed_precision=`` would silently replace the plugin's dtypes is refused.
 * any ``ModelParallelStrategy`` (FSDP2 with your own ``configure_model``) is accepted on any accelerator.
 * anything else (``"ddp"``, ``"deepspeed"`` ...) is refused, naming what to pass instead.
+
+Both doors choose here: :func:`choose_strategy` for the Trainer (``FSDPPrecision.configure_strategy``),
+:func:`choose_fabric_strategy` for Fabric (``precision_fsdp.fabric.FSDPPrecision.configure_strategy``), each given
+the Lightning namespace and, for Fabric, its :class:`~precision_fsdp.fabric.FSDP2Strategy` class.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ HOW_FSDP2 = (
     'self.trainer.precision_plugin.fully_shard(module, mesh=self.device_mesh["data_parallel"]) in configure_model'
 )
 HOW_FSDP1 = 'strategy="fsdp" (or FSDPStrategy(...)) on CUDA GPUs'
+HOW_FABRIC_FSDP2 = (
+    'strategy="auto" (FSDP2, sharded by a default policy; precision_fsdp.fabric.FSDP2Strategy(auto_wrap_policy=...) '
+    "to choose the units), or lightning.fabric.strategies.ModelParallelStrategy(parallelize_fn, "
+    "data_parallel_size=<devices>, tensor_parallel_size=1) whose parallelize_fn calls "
+    'plugin.fully_shard(module, mesh=device_mesh["data_parallel"])'
+)
+HOW_FABRIC_FSDP1 = 'strategy="fsdp" (or lightning.fabric.strategies.FSDPStrategy(...)) on CUDA GPUs'
 
 
 def choose_strategy(
@@ -77,6 +88,46 @@ def choose_strategy(
             raise wrong_strategy_error(spec, strategy, _fsdp2_not_on_this_cpu(cpu_problem))
         return strategy
     raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.")
+
+
+def choose_fabric_strategy(
+    spec: str, lightning: types.ModuleType, strategy: Any, *, accelerator: Any, fsdp2_strategy: type
+) -> Union[str, Any]:
+    """Check ``strategy`` for the Fabric FSDP plugin ``spec`` and return the one Fabric should use: ``"auto"`` ->
+    ``fsdp2_strategy`` (Fabric's :class:`~precision_fsdp.fabric.FSDP2Strategy`, built for the namespace: FSDP2 over
+    all processes, sharded by the plugin); any ``ModelParallelStrategy`` is kept; ``"fsdp"``/``FSDPStrategy``
+    (FSDP1) is kept off CPU and refused on CPU.
+
+    Args:
+        spec: the plugin's name, e.g. ``"fsdp:bf16-mixed"``.
+        lightning: the Fabric namespace's root module (``lightning.fabric`` or ``lightning_fabric``).
+        strategy: Fabric's ``strategy=`` argument.
+        accelerator: Fabric's ``accelerator=`` argument.
+        fsdp2_strategy: the Fabric ``FSDP2Strategy`` class of this package.
+
+    Raises:
+        TrainerConfigurationError: the strategy cannot run this plugin; the message says what to pass.
+    """
+    cpu_problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None
+    fsdp1: type = lightning.strategies.FSDPStrategy
+    model_parallel: type = lightning.strategies.ModelParallelStrategy
+    wants_fsdp1 = (isinstance(strategy, str) and strategy.startswith("fsdp")) or isinstance(strategy, fsdp1)
+    if wants_fsdp1:
+        if uses_cpu(accelerator):
+            raise wrong_strategy_error(
+                spec,
+                strategy,
+                "FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an accelerator for "
+                f"FullyShardedDataParallel). On CPU, use FSDP2: pass {HOW_FABRIC_FSDP2}.",
+            )
+        return strategy
+    if strategy == "auto" or isinstance(strategy, model_parallel):
+        if cpu_problem is not None:
+            raise wrong_strategy_error(spec, strategy, f"FSDP2 cannot run on a CPU with this torch: {cpu_problem}.")
+        if strategy == "auto":
+            return for_namespace(fsdp2_strategy, lightning.__name__)()
+        return strategy
+    raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FABRIC_FSDP2} for FSDP2, or {HOW_FABRIC_FSDP1}.")
 
 
 def _fsdp2_not_on_this_cpu(problem: str) -> str:

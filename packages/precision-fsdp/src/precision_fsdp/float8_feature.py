@@ -1,0 +1,122 @@
+"""The float8 feature (``fsdp:fp8-tensorwise``, ``fp8-rowwise``, ``mxfp8-rceil``) as one object with the plugin's hooks.
+
+:class:`~precision_fsdp.implementation.FSDPPrecisionImpl` holds the feature of its precision (:func:`feature_for`:
+a :class:`Float8Feature`, or :data:`precision_base.extra.NO_FEATURE` for Lightning's five precisions) and calls its
+hooks (:class:`precision_base.extra.ExtraPrecisionFeature`) at fixed points instead of branching on the precision:
+
+* ``check_sharding``: FSDP1 is refused (``configure_strategy`` with an ``FSDPStrategy``, ``connect`` with an FSDP1
+  model); ``check_machine``: torchao installed and FP8 hardware, or ``fp8_emulate=True``;
+* ``prepare_model``: converts the chosen Linear layers of the first whole model seen (not ``keep_fp32`` modules);
+* ``check_model``: refuses a model handed to Lightning with no Linear converted;
+* ``describe``: the float8 facts of ``precision-plugins show``; ``table``: the dtype table of the base precision,
+  as it is (the float8 matmul dtypes are in ``describe``).
+
+The names come from :data:`precision_fsdp.recipes.FLOAT8`; the torchao work is :mod:`precision_fsdp.float8`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Optional
+
+from precision_base.extra import NO_FEATURE, ExtraPrecisionFeature, ExtraPrecisions
+from precision_fsdp import _compat, float8
+from precision_fsdp.recipes import FLOAT8, RECIPES
+
+FP8_FSDP1: Final[str] = (
+    "{spec} needs FSDP2 (fully_shard): torchao's float8 training and float8 all-gather are built for FSDP2. Use "
+    "strategy='auto' (precision_fsdp.FSDP2Strategy) or Lightning's ModelParallelStrategy."
+)
+"""The refusal of FSDP1 (``{spec}``: the plugin's name)."""
+
+
+class Float8Feature:
+    """The float8 state and hooks of one plugin instance.
+
+    Args:
+        precision: one of :data:`precision_fsdp.recipes.RECIPES`.
+        emulate: ``fp8_emulate``: torchao's emulation where the hardware has no FP8.
+        chosen: ``fp8_filter``: which Linear layers to convert (``None``: the defaults).
+    """
+
+    declared: Optional[ExtraPrecisions] = FLOAT8
+
+    def __init__(self, precision: str, emulate: bool, chosen: float8.Fp8Filter) -> None:
+        self.precision = precision
+        self.emulate = bool(emulate)
+        self.chosen = chosen
+        self.seen = False
+        self.converted: list[str] = []
+        """Qualified names of the Linear layers converted to float8, once the model was seen."""
+
+    def __repr__(self) -> str:
+        return f"Float8Feature({self.precision!r}, emulate={self.emulate})"
+
+    def check_sharding(self, plugin: Any, sharding: Any) -> None:
+        """Raises: precision_fsdp.float8.Float8UnavailableError: ``sharding`` is FSDP1 (``1``)."""
+        if sharding == 1:
+            raise float8.Float8UnavailableError(FP8_FSDP1.format(spec=plugin.spec))
+
+    def check_machine(self, plugin: Any) -> None:
+        """Raises: precision_fsdp.float8.Float8UnavailableError: torchao is missing, or no FP8 hardware and no
+        ``fp8_emulate``."""
+        float8.check_can_run(plugin.spec, self.emulate)
+
+    def prepare_model(self, plugin: Any, root: Any, *, exclude: Iterable[Any] = ()) -> None:
+        """Convert ``root``'s chosen Linear layers to float8, once (the first module seen), unless a part of
+        ``root`` is sharded already; modules in ``exclude`` (``keep_fp32``) are never converted."""
+        if self.seen or any(isinstance(m, _compat.FSDPModule) for m in root.modules()):
+            return
+        self.seen = True
+        float8.check_can_run(plugin.spec, self.emulate)
+        self.converted = float8.convert(root, plugin.spec, self.precision, self.emulate, self.chosen, exclude=exclude)
+
+    def check_model(self, plugin: Any, module: Any) -> None:
+        """Raises: precision_fsdp.float8.Float8UnavailableError: no Linear layer of ``module`` was converted."""
+        if float8.is_converted(module):
+            return
+        raise float8.Float8UnavailableError(
+            f"{plugin.spec}: no Linear layer of the model was converted to float8 (converted: "
+            f"{self.converted or 'none'}). The plugin converts the first module it shards (with "
+            "strategy='auto', the whole LightningModule, also when configure_model shards sub-modules through "
+            "self.trainer.precision_plugin.fully_shard); when configure_model calls torch's fully_shard itself, "
+            "or under another strategy (Lightning's ModelParallelStrategy), call "
+            "self.trainer.precision_plugin.prepare_for_sharding(self) before any fully_shard. Check fp8_filter "
+            "too: the defaults skip the first and last Linear and dimensions that are not multiples of 16."
+        )
+
+    def describe(self, plugin: Any) -> Mapping[str, Any]:
+        """``{"float8 (torchao, FSDP2 only)": <the dtype of each role>}``."""
+        return {FLOAT8.feature: float8.describe(self.precision)}
+
+    def table(self, plugin: Any, table: Any) -> Any:
+        """The base precision's table, unchanged."""
+        return table
+
+
+def check_options(precision: str, emulate: bool, chosen: float8.Fp8Filter) -> None:
+    """The ``fp8_*`` options are for the float8 precisions only, and ``fp8_filter`` is patterns or a callable.
+
+    Raises:
+        ValueError: ``fp8_emulate`` or ``fp8_filter`` with another precision.
+        TypeError: ``fp8_filter`` is neither patterns nor a callable.
+    """
+    if precision not in FLOAT8 and (emulate or chosen is not None):
+        raise ValueError(
+            f"fp8_emulate and fp8_filter apply to the FP8 precisions ({', '.join(RECIPES)}), not "
+            f"{precision!r}; remove them."
+        )
+    float8.user_filter(chosen)  # checks its type now
+
+
+def feature_for(precision: str, emulate: bool = False, chosen: float8.Fp8Filter = None) -> ExtraPrecisionFeature:
+    """The feature of ``precision``: a new :class:`Float8Feature` for a float8 name, else ``NO_FEATURE``."""
+    return Float8Feature(precision, emulate, chosen) if precision in FLOAT8 else NO_FEATURE
+
+
+def converted(feature: ExtraPrecisionFeature) -> list[str]:
+    """The Linear layers ``feature`` converted to float8 (``[]`` for any other feature)."""
+    return list(feature.converted) if isinstance(feature, Float8Feature) else []
+
+
+__all__ = ["FP8_FSDP1", "Float8Feature", "check_options", "converted", "feature_for"]

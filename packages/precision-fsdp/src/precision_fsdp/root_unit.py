@@ -1,0 +1,87 @@
+"""A LightningModule that is itself an FSDP2 unit: gathering its own unit's parameters in its step methods.
+
+Lightning never calls the LightningModule (it calls ``training_step`` and the other step methods), so FSDP2 never
+gathers the parameters of a unit made by ``fully_shard(self)``; :func:`gather_root_in_steps` (run by the plugin's
+``convert_module``) registers the step methods as FSDP2 forward methods where that is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from precision_fsdp._compat import FSDPModule
+from precision_fsdp.sharding import class_name
+
+#: The LightningModule methods Lightning calls instead of ``forward`` (the step methods).
+STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
+_STEPS_GATHER_MARK = "_precision_fsdp_steps_gather_root"
+
+
+def _first_definer(cls: type, name: str) -> Optional[type]:
+    return next((c for c in cls.__mro__ if name in vars(c)), None)
+
+
+def _defined_by_user(cls: type, name: str) -> bool:
+    """Whether ``cls``'s ``name`` comes from a class outside Lightning and torch (the user's own code)."""
+    owner = _first_definer(cls, name)
+    return owner is not None and not owner.__module__.startswith(("lightning.", "pytorch_lightning.", "torch."))
+
+
+def _is_lightning_module(module: torch.nn.Module) -> bool:
+    return any(
+        c.__name__ == "LightningModule" and c.__module__.startswith(("lightning.", "pytorch_lightning."))
+        for c in type(module).__mro__
+    )
+
+
+def root_held_parameters(module: torch.nn.Module) -> list[str]:
+    """Names of the parameters of the FSDP2 unit ``module`` that no FSDP2 unit inside it holds (its own unit's
+    parameters, gathered only when ``module`` itself is called); empty when ``module`` is not an FSDP2 unit."""
+    if not isinstance(module, FSDPModule):
+        return []
+    inner = {
+        id(p) for sub in module.modules() if sub is not module and isinstance(sub, FSDPModule) for p in sub.parameters()
+    }
+    return [name for name, p in module.named_parameters() if id(p) not in inner]
+
+
+def gather_root_in_steps(module: torch.nn.Module) -> Optional[str]:
+    """Make a LightningModule that is itself an FSDP2 unit gather its own unit's parameters in its step methods.
+
+    FSDP2 all-gathers a unit's parameters in the pre-forward hook of the unit's module, i.e. when the module is
+    called. Lightning never calls the LightningModule (it calls ``training_step``, ``validation_step``, ...), so a
+    ``configure_model`` that ends with ``fully_shard(self)`` while parameters are left in that unit (an embedding,
+    a head: everything the inner ``fully_shard`` calls did not take) leaves them sharded DTensors, and the first op
+    on them fails (``aten.embedding.default got mixed torch.Tensor and DTensor``). When the LightningModule defines
+    no ``forward`` (so nothing else could gather them), each step method it defines is registered as an FSDP2 forward
+    method (``torch.distributed.fsdp.register_fsdp_forward_method``): FSDP2 runs the unit's pre-forward (all-gather)
+    and post-forward (backward hooks, reshard) around it, as it would around ``forward``. Idempotent.
+
+    Returns:
+        The line to log (what was done and why), or ``None`` when nothing was needed: ``module`` is not a
+        LightningModule that is an FSDP2 unit holding parameters of its own, or it defines ``forward`` (its steps
+        then gather them by calling ``self(...)``).
+    """
+    if not _is_lightning_module(module) or getattr(module, _STEPS_GATHER_MARK, False):
+        return None
+    if _defined_by_user(type(module), "forward"):
+        return None
+    held = root_held_parameters(module)
+    if not held:
+        return None
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    steps = [name for name in STEP_METHODS if _defined_by_user(type(module), name)]
+    for name in steps:
+        register_fsdp_forward_method(module, name)
+    setattr(module, _STEPS_GATHER_MARK, True)
+    shown = ", ".join(held[:3]) + (f", +{len(held) - 3} more" if len(held) > 3 else "")
+    return (
+        f"{class_name(module)} is itself an FSDP2 unit (fully_shard(self) in configure_model) holding "
+        f"{len(held)} parameters no inner unit holds ({shown}), and defines no forward: Lightning calls its "
+        f"{', '.join(steps) or 'step methods'} instead, so they now gather that unit's parameters as forward would "
+        "(torch.distributed.fsdp.register_fsdp_forward_method). To keep those parameters out of one root unit, "
+        "fully_shard the modules that hold them (e.g. fully_shard(self.net) after its blocks) before fully_shard(self)."
+    )

@@ -36,3 +36,13 @@ def test_wrapped_inner_finds_the_tensor_inside_torchaos_weight_wrapper() -> None
     assert not isinstance(inner, fsdp_utils.WeightWithDynamicFloat8CastTensor)
     assert inner.shape == (16, 16)
     assert _compat_float8_switch.plain_class(linear, Float8Linear, torch.nn.Linear) is torch.nn.Linear
+
+
+def test_a_model_without_float8_is_left_as_it_is() -> None:
+    import torch
+
+    from precision_fsdp import float8_switch
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    assert float8_switch.restore_linears(model) == []
+    assert [type(m) for m in model] == [torch.nn.Linear, torch.nn.Linear]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import sys
 from typing import Any, Final, Optional
 
 import torch
@@ -47,15 +48,14 @@ FSDP2_PARAM_ATTRS: Final[tuple[str, ...]] = ("_sharded_param_data", "sharded_par
 """The ``FSDPParam`` attributes :func:`unwrap_fsdp_param` reads or replaces."""
 
 
+def _loaded(module_name: str, name: str) -> Any:
+    """``module_name.name`` if that module is imported already, else ``None``: a model can hold torchao's classes
+    only once torchao made them, so a switch without fp8 never imports torchao."""
+    return getattr(sys.modules.get(module_name), name, None)
+
+
 def _wrapper_classes() -> list[tuple[type, str]]:
-    found = []
-    for module_name, class_name, attr in _INNER:
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
-            continue
-        found.append((cls, attr))
-    return found
+    return [(cls, attr) for module_name, name, attr in _INNER if (cls := _loaded(module_name, name)) is not None]
 
 
 def wrapped_inner(tensor: torch.Tensor) -> Optional[torch.Tensor]:
@@ -111,11 +111,8 @@ def unwrap_fsdp_param(fsdp_param: Any) -> bool:
 
 
 def float8_linear_class() -> Optional[type]:
-    """torchao's ``Float8Linear`` class, or ``None`` without ``torchao.float8``."""
-    try:
-        cls: type = getattr(importlib.import_module(FLOAT8_LINEAR[0]), FLOAT8_LINEAR[1])
-    except (ImportError, AttributeError):
-        return None
+    """torchao's ``Float8Linear`` class, or ``None`` while ``torchao.float8`` is not imported."""
+    cls: Optional[type] = _loaded(*FLOAT8_LINEAR)
     return cls
 
 
@@ -153,9 +150,9 @@ def _check_wrappers() -> Optional[str]:
 
 
 def _check_float8_linear() -> Optional[str]:
-    cls = float8_linear_class()
-    if cls is None:
-        return None if importlib.util.find_spec("torchao") is None else f"{'.'.join(FLOAT8_LINEAR)} is gone"
+    if importlib.util.find_spec("torchao") is None:
+        return None  # torchao not installed: nothing to switch away from
+    cls = getattr(importlib.import_module(FLOAT8_LINEAR[0]), FLOAT8_LINEAR[1])
     source = inspect.getsource(cls)
     missing = [a for a in FLOAT8_LINEAR_ATTRS if f"self.{a} = " not in source]
     if not issubclass(cls, torch.nn.Linear):

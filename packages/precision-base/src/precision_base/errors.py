@@ -111,6 +111,10 @@ class TrainerConfigurationError(PrecisionPluginError, ValueError):
     """The Trainer's arguments cannot work together with the requested precision plugin."""
 
 
+class FabricNotSupportedError(PrecisionPluginError, ValueError):
+    """The backend is installed but registers no Fabric class (its ``PluginInfo.fabric_class`` is empty)."""
+
+
 class PrecisionAuditError(PrecisionPluginError, RuntimeError):
     """A strict :class:`precision_base.PrecisionAudit` found dtypes that differ from the plugin's table (raised on
     every rank); the message lists the rows that differ."""

@@ -14,8 +14,9 @@ package, and executed as a module of its own. Exceptions:
 The module run this way is not added to ``sys.modules``: if plugin code later imports the same info module, Python
 runs it again under its own name (an info module is plain data, so both copies are equal).
 
-:func:`load_class` imports a ``"module:QualName"`` reference the normal way (:func:`pkgutil.resolve_name`); the
-registry's :func:`load_plugin_class` and :func:`check_plugin_class` load and check a backend's class for a door.
+:func:`load_class` imports a ``"module:QualName"`` reference the normal way (:func:`pkgutil.resolve_name`).
+This module sits below every other module of precision-base that names a plugin (it imports none of them);
+:mod:`precision_base.plugin_classes` loads and checks a backend's class for a door on top of it.
 """
 
 from __future__ import annotations
@@ -25,15 +26,7 @@ import importlib.machinery
 import importlib.util
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, Optional
-
-from precision_base.contract import PrecisionPlugin
-from precision_base.errors import InvalidPluginInfoError, PluginLoadError, PrecisionPluginError
-
-if TYPE_CHECKING:
-    from precision_base.statuses import PluginEntry
-
-Door = Literal["Trainer", "Fabric"]
+from typing import Any, Optional
 
 
 def _locate(name: str) -> Optional[importlib.machinery.ModuleSpec]:
@@ -76,60 +69,3 @@ def load_class(ref: str) -> Any:
     import pkgutil
 
     return pkgutil.resolve_name(ref)
-
-
-_LIGHTNING_ROOTS = ("lightning", "pytorch_lightning", "lightning_fabric")
-
-
-def lightning_before_mixin(cls: type) -> Optional[type]:
-    """The first Lightning class that comes before :class:`PrecisionPlugin` in ``cls``'s MRO, if any."""
-    for klass in cls.__mro__:
-        if klass is PrecisionPlugin:
-            return None
-        if klass.__module__.split(".")[0] in _LIGHTNING_ROOTS:
-            return klass
-    return None
-
-
-_lightning_before_mixin = lightning_before_mixin  # its name in precision_base.registry before
-
-
-def load_plugin_class(entry: PluginEntry, ref: str) -> Any:
-    """The object ``ref`` (``"module:QualName"``) names, for ``entry``'s backend: a failure is the plugin's."""
-    from precision_base.discovery import exc_detail
-
-    try:
-        return load_class(ref)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # SystemExit included: the plugin is broken, the process goes on
-        raise PluginLoadError(
-            f"precision plugin {entry.backend!r} from {entry.distribution} {entry.version} failed to import "
-            f"{ref!r}: {exc_detail(exc)}"
-        ) from exc
-
-
-def check_plugin_class(entry: PluginEntry, cls: object, door: Door = "Trainer") -> None:
-    """Raise unless ``cls`` is a :class:`PrecisionPlugin` for ``door`` with the mixin before Lightning's bases."""
-    assert entry.info is not None
-    where = f"precision plugin {entry.backend!r} from {entry.distribution} {entry.version}"
-    if door == "Fabric":
-        from precision_base.doors import door_of
-
-        if not (isinstance(cls, type) and issubclass(cls, PrecisionPlugin) and door_of(cls) == "Fabric"):
-            raise PrecisionPluginError(
-                f"precision backend {entry.backend!r} ({entry.distribution} {entry.version}): fabric_class "
-                f"{entry.info.fabric_class} is not a precision_base.PrecisionPlugin built on a lightning.fabric "
-                "precision class"
-            )
-    elif not (isinstance(cls, type) and issubclass(cls, PrecisionPlugin)):
-        declared = entry.info.plugin_class
-        raise InvalidPluginInfoError(f"{where}: {declared} is not a subclass of precision_base.PrecisionPlugin")
-    wrong = lightning_before_mixin(cls)
-    if wrong is not None:
-        raise InvalidPluginInfoError(
-            f"{where}: {cls.__qualname__} lists {wrong.__module__}.{wrong.__qualname__} before "
-            "precision_base.PrecisionPlugin in its bases, so the mixin's connect() never runs (autocast would "
-            f"stay on the wrong device). Write class {cls.__qualname__}(<the PrecisionPlugin mixin>, "
-            f"{wrong.__qualname__})."
-        )

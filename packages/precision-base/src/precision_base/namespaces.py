@@ -24,7 +24,10 @@ import importlib.machinery
 import sys
 import threading
 import types
-from typing import Any, Final, Optional
+from typing import Any, Final, Literal, Optional
+
+Door = Literal["Trainer", "Fabric"]
+"""The two doors a plugin comes in by: a Lightning Trainer (:data:`NAMESPACES`) or Fabric."""
 
 NAMESPACES: Final[tuple[str, ...]] = ("lightning.pytorch", "pytorch_lightning")
 """The Trainer namespaces a plugin class can be built for."""

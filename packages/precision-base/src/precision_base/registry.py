@@ -47,6 +47,7 @@ from precision_base.discovery import (
 )
 from precision_base.errors import (
     BackendDisabledError,
+    FabricNotSupportedError,
     PrecisionPluginError,
     PrecisionPluginWarning,
     RegistrationError,
@@ -55,8 +56,8 @@ from precision_base.errors import (
     describe,
     shorten,
 )
-from precision_base.loading import (
-    Door,
+from precision_base.namespaces import Door
+from precision_base.plugin_classes import (
     _lightning_before_mixin,  # noqa: F401  (the name this module had before)
     check_plugin_class,
     lightning_before_mixin,
@@ -179,8 +180,6 @@ class Registry:
             trainer_class = self._door_class(entry, "Trainer")
             ref = entry.info.fabric_class
             if not ref:
-                from precision_base.fabric import FabricNotSupportedError
-
                 raise FabricNotSupportedError(
                     f"precision backend {backend!r} ({entry.distribution} {entry.version}) offers no plugin class "
                     f"for Lightning Fabric (its PluginInfo has no fabric_class); it works with the Trainer only: "

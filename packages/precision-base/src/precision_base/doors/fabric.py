@@ -36,7 +36,11 @@ from precision_base.doors.combine import (
     not_a_plugin_error,
 )
 from precision_base.doors.identity import door_of, wrong_door_error
-from precision_base.errors import PrecisionPluginError, TrainerConfigurationError, type_name
+from precision_base.errors import (
+    FabricNotSupportedError,
+    TrainerConfigurationError,
+    type_name,
+)
 from precision_base.namespaces import FABRIC_NAMESPACES, namespace_of
 from precision_base.registry import get_plugin_class, resolve
 
@@ -56,10 +60,6 @@ def bind_device_from_inputs(plugin: PrecisionPlugin, data: Any) -> None:
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
-
-
-class FabricNotSupportedError(PrecisionPluginError, ValueError):
-    """The backend is installed but registers no Fabric class (its ``PluginInfo.fabric_class`` is empty)."""
 
 
 def fabric_class(backend: str) -> type:

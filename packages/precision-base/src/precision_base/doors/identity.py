@@ -13,13 +13,11 @@ Importing this module imports no torch or Lightning module.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from precision_base._compat import caller_frames
 from precision_base.errors import PrecisionPluginError, TrainerConfigurationError
-from precision_base.namespaces import FABRIC_NAMESPACES, NAMESPACES, namespace_of
-
-Door = Literal["Trainer", "Fabric"]
+from precision_base.namespaces import FABRIC_NAMESPACES, NAMESPACES, Door, namespace_of
 
 
 class WrongDoorError(TrainerConfigurationError):

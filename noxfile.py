@@ -161,22 +161,39 @@ for _pkg in PACKAGES.values():
     define_cells(_pkg)
 
 
-@nox.session(python=PYTHON, tags=["ci"])
-@discarded
-def integration(session: nox.Session) -> None:
-    """tests-integration/: multi-process Trainer runs, wheels in fresh venvs, checkpoints across packages; then
-    benchmarks/tests (the benchmark code's plumbing: statistics, report files, the GPU command's parsing and dry run).
-
-    Files that matrix cells run (``[tests]`` in tools/matrix.toml) are left to them: the CI cells run them too.
-    """
+def run_integration(session: nox.Session, marks: str) -> None:
+    """tests-integration/ with pytest ``-m marks`` (none when posargs pick the tests)."""
     env = everything(session, *TEST_DEPS, *MODEL_DEPS, *BENCH_TEST_DEPS)
     in_cells = {path for paths in MATRIX.get("tests", {}).values() for path in paths}
     ignore = [f"--ignore={path}" for path in sorted(in_cells) if path.startswith("tests-integration/")]
     ignore.append("--ignore=tests-integration/zoo")  # the zoo sessions below, with their own test dependencies
-    args = ["-p", "no:cacheprovider", *ignore, *(session.posargs or ["-q"])]
-    session.run("python", "-m", "pytest", "tests-integration", *args, env=env)
-    if not session.posargs:  # posargs pick integration tests; the benchmark plumbing runs with the whole session
+    chosen = session.posargs or ["-q", "-m", marks]
+    session.run("python", "-m", "pytest", "tests-integration", "-p", "no:cacheprovider", *ignore, *chosen, env=env)
+    if not session.posargs and marks == NOT_NIGHTLY:  # the benchmark plumbing runs with every change's session
         session.run("python", "-m", "pytest", "benchmarks/tests", "-p", "no:cacheprovider", "-q", env=env)
+
+
+NOT_NIGHTLY = "not nightly"
+
+
+@nox.session(python=PYTHON, tags=["ci"])
+@discarded
+def integration(session: nox.Session) -> None:
+    """tests-integration/ but the ``nightly`` ones: multi-process Trainer runs, wheels in fresh venvs, checkpoints
+    across packages; then benchmarks/tests (the benchmark code's plumbing: statistics, report files, the GPU
+    command's parsing and dry run).
+
+    Files that matrix cells run (``[tests]`` in tools/matrix.toml) are left to them: the CI cells run them too.
+    """
+    run_integration(session, NOT_NIGHTLY)
+
+
+@nox.session(name="integration_nightly", python=PYTHON, tags=["nightly"])
+@discarded
+def integration_nightly(session: nox.Session) -> None:
+    """The heaviest integration runs (``@pytest.mark.nightly``: real models trained through several precisions, the
+    release rehearsal against a real package index), which the nightly job runs instead of every change."""
+    run_integration(session, "nightly")
 
 
 # The model zoo's libraries: test dependencies of the zoo sessions only (the packages never depend on them).

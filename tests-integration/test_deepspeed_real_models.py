@@ -23,7 +23,7 @@ from _deepspeed_helpers import extensions_dir
 from precision_deepspeed import _compat
 from precision_testsupport.launch import LaunchError, run_ranks
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.nightly]  # nightly; the zoo slice trains ResNet by name on every change
 
 HERE = Path(__file__).parent
 RUNS = HERE / "_deepspeed_real_models.py"

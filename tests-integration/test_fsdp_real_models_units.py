@@ -21,7 +21,7 @@ from _fsdp_helpers import cpu_precisions, needs_fsdp2_on_cpu
 
 from precision_testsupport.launch import run_ranks
 
-pytestmark = [pytest.mark.slow, needs_fsdp2_on_cpu()]
+pytestmark = [pytest.mark.slow, pytest.mark.nightly, needs_fsdp2_on_cpu()]  # nightly; the zoo slice on every change
 
 RUNS = Path(__file__).with_name("_fsdp_real_models_units_runs.py")
 F32 = "torch.float32"

@@ -30,7 +30,8 @@ AWAY = [[0, "fsdp:fp8-tensorwise"], [0.5, "fsdp:bf16-mixed"]]
 RESUME_FROM = "switched/epoch=2-step=6.ckpt"
 MIDDLE = ("net.2.weight", "net.4.weight")
 
-pytestmark = [pytest.mark.slow, needs_fsdp2_on_cpu()]
+# nightly; test_precision_schedule.py switches precision on every change
+pytestmark = [pytest.mark.slow, pytest.mark.nightly, needs_fsdp2_on_cpu()]
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/, for the tree's versions
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.nightly]  # nightly: builds, uploads and installs every wheel
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("precision-base", "precision-fsdp", "precision-deepspeed")

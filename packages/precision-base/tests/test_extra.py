@@ -57,6 +57,14 @@ def test_no_feature_does_nothing_and_is_falsy() -> None:
     NO_FEATURE.check_model(None, object())
 
 
+def test_no_feature_stays_the_one_instance_through_pickle_and_copy() -> None:
+    import copy
+    import pickle
+
+    assert pickle.loads(pickle.dumps(NO_FEATURE)) is NO_FEATURE
+    assert copy.deepcopy(NO_FEATURE) is NO_FEATURE
+
+
 def test_importing_extra_imports_no_torch() -> None:
     code = "import sys, precision_base.extra; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

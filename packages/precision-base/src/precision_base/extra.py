@@ -130,6 +130,9 @@ class _NoFeature:
     def __bool__(self) -> bool:
         return False
 
+    def __reduce__(self) -> str:
+        return "NO_FEATURE"  # unpickled (and deep-copied) as the one module-level instance
+
     def check_sharding(self, plugin: Any, sharding: Any) -> None:
         return None
 

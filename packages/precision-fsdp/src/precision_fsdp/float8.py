@@ -42,36 +42,8 @@ from typing import Any, Final, Optional, Union
 import torch
 
 from precision_base import PrecisionPluginError, PrecisionPluginWarning
-from precision_fsdp.recipes import EXTRA_PRECISIONS, FP8_RECIPES, MX_BLOCK, MX_RECIPES, RECIPES
-
-__all__ = [  # the recipe tables live in precision_fsdp.recipes (torch-free); importable from here as before
-    "EXTRA_PRECISIONS",
-    "FP8_RECIPES",
-    "INSTALL_HINT",
-    "MX_BLOCK",
-    "MX_RECIPES",
-    "RECIPES",
-    "Float8UnavailableError",
-    "Fp8Filter",
-    "allow_weight_wrapper_checkpoints",
-    "api_path",
-    "check_can_run",
-    "config",
-    "convert",
-    "default_filter",
-    "describe",
-    "describe_path",
-    "hardware_problem",
-    "install_hint",
-    "is_converted",
-    "is_fp8",
-    "is_mx",
-    "needed_capability",
-    "nothing_converted_message",
-    "torchao_float8",
-    "training_op_config",
-    "user_filter",
-]
+from precision_fsdp.recipes import EXTRA_PRECISIONS as EXTRA_PRECISIONS  # the recipe tables, importable from here
+from precision_fsdp.recipes import FP8_RECIPES, MX_BLOCK, MX_RECIPES, RECIPES
 
 INSTALL_HINT: Final[str] = 'pip install "precision-fsdp[fp8]" (it brings torchao)'
 """The install line from a package index; :func:`install_hint` gives the one for where this copy came from."""

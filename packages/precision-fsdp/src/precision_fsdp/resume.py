@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Optional
 
-from precision_fsdp.float8 import EXTRA_PRECISIONS, is_fp8
 from precision_fsdp.policy import DtypePlan, dtype_name
+from precision_fsdp.recipes import FLOAT8
 
 CHECKPOINT_KEY: Final = "precision_fsdp"
 """Top-level checkpoint key holding ``{"precision": <the precision the checkpoint was written under>}``."""
@@ -50,7 +50,7 @@ def saved_precision(checkpoint: Mapping[str, Any], qualname: str) -> Optional[st
 
 def _base(precision: str) -> str:
     """The one of Lightning's five precisions ``precision`` follows (itself, or an FP8 precision's base)."""
-    return dict(EXTRA_PRECISIONS).get(precision, precision)
+    return FLOAT8.base_of(precision)
 
 
 def changes(saved: str, now: str, init_scale: Optional[float]) -> list[str]:
@@ -62,8 +62,8 @@ def changes(saved: str, now: str, init_scale: Optional[float]) -> list[str]:
     if saved == now:
         return []
     said: list[str] = []
-    if is_fp8(saved) or is_fp8(now):
-        fp8 = [p for p in (saved, now) if is_fp8(p)]
+    if saved in FLOAT8 or now in FLOAT8:
+        fp8 = [p for p in (saved, now) if p in FLOAT8]
         said.append(
             f"the Linear layers torchao converts run in float8 only under {' and '.join(fp8)} (the weights are "
             "stored in float32 either way)"

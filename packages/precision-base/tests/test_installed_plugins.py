@@ -1,7 +1,8 @@
 """Discovery through real installed distributions: wheels built here, installed into a fresh virtual environment.
 
-The environment holds precision-base and several small plugin distributions, and no torch, Lightning or
-DeepSpeed at all, which is what a user with only precision-base installed has.
+The environment holds precision-base, several small plugin distributions and the test helpers the dummy plugin imports
+(precision-testsupport), and no torch, Lightning or DeepSpeed at all, which is what a user with only precision-base
+installed has.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.slow
 
 BASE_PROJECT = Path(__file__).resolve().parents[1]
 DUMMY_PROJECT = Path(__file__).parent / "fixtures" / "dummy_plugin"
+# the dummy plugin's info and class live in the repository's test helpers (never published): a wheel here too
+SUPPORT_PROJECT = BASE_PROJECT.parent / "precision-testsupport"
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +33,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     projects = {
         "base": BASE_PROJECT,
         "dummy": DUMMY_PROJECT,
+        "testsupport": SUPPORT_PROJECT,
         "lite": write_project(root, "precision-lite", "lite"),
         "twin-a": write_project(root, "precision-twin-a", "twin"),
         "twin-b": write_project(root, "precision-twin-b", "twin"),

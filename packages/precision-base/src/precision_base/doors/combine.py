@@ -69,7 +69,7 @@ class GradientWatch:
             warnings.warn(message, NoGradientWarning, stacklevel=3)
 
 
-def _as_list(plugins: Any) -> list[Any]:
+def as_list(plugins: Any) -> list[Any]:
     if plugins is None:
         return []
     if isinstance(plugins, (list, tuple)):
@@ -147,7 +147,7 @@ def _both_precisions_error(
     elif precision_plugin is not None:
         given = f"precision_plugin={type(precision_plugin).__name__}(...)"
     else:
-        named = [p for p in _as_list(plugins) if isinstance(p, str)]
+        named = [p for p in as_list(plugins) if isinstance(p, str)]
         if named:
             given = f"plugins={named[0]!r}" if isinstance(plugins, str) else f"{named[0]!r} in plugins="
         else:
@@ -186,7 +186,7 @@ def combine_door_kwargs(
         raise ValueError(f"namespace must be one of {door.namespaces}, got {describe(namespace)}")
     lightning: Any = lightning_root(namespace)
     precision_class: type = lightning.plugins.precision.Precision
-    given = _as_list(kwargs.get("plugins"))
+    given = as_list(kwargs.get("plugins"))
     named = [p for p in given if isinstance(p, str)]
     plugins = [resolve_name_in_plugins(p, namespace, door) if isinstance(p, str) else p for p in given]
     for plugin in plugins:

@@ -26,15 +26,7 @@ from precision_base.cant_train import (
     ReplacedParameters,
 )
 from precision_base.contract import PrecisionPlugin
-from precision_base.doors.combine import (
-    DoorDescription,
-    GradientWatch,
-    _as_list,
-    check_mixin_first,
-    combine_door_kwargs,
-    door_namespace,
-    not_a_plugin_error,
-)
+from precision_base.doors import combine
 from precision_base.doors.identity import door_of, wrong_door_error
 from precision_base.errors import (
     FabricNotSupportedError,
@@ -97,10 +89,10 @@ def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any
                 f"Pass the plugin's name instead (precision_plugin={plugin.spec!r})."
             )
         return plugin
-    raise not_a_plugin_error(plugin, namespace)
+    raise combine.not_a_plugin_error(plugin, namespace)
 
 
-FABRIC = DoorDescription(
+FABRIC = combine.DoorDescription(
     name="Fabric",
     namespaces=FABRIC_NAMESPACES,
     plugin_types="Precision, CheckpointIO, ClusterEnvironment",
@@ -139,7 +131,7 @@ def prepare_fabric_kwargs(
             in ``plugins=`` is not a plugin name, or the plugin cannot work with ``strategy=``.
         TypeError: ``precision_plugin`` is neither a name nor a Fabric ``Precision``.
     """
-    return combine_door_kwargs(precision_plugin, kwargs, door=FABRIC, namespace=namespace)
+    return combine.combine_door_kwargs(precision_plugin, kwargs, door=FABRIC, namespace=namespace)
 
 
 class PrecisionPluginFabricMixin:
@@ -156,13 +148,13 @@ class PrecisionPluginFabricMixin:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        check_mixin_first(cls, PrecisionPluginFabricMixin, FABRIC)
+        combine.check_mixin_first(cls, PrecisionPluginFabricMixin, FABRIC)
 
     def __init__(self, *, precision_plugin: Optional[Any] = None, **kwargs: Any) -> None:
-        namespace = door_namespace(type(self), PrecisionPluginFabricMixin, FABRIC)
+        namespace = combine.door_namespace(type(self), PrecisionPluginFabricMixin, FABRIC)
         prepared = prepare_fabric_kwargs(precision_plugin, kwargs, namespace=namespace)
         self._set_up_models: list[tuple[weakref.ref[Any], ReplacedParameters]] = []
-        prepared["callbacks"] = [*_as_list(prepared.get("callbacks")), _GradientCheck(self)]
+        prepared["callbacks"] = [*combine.as_list(prepared.get("callbacks")), _GradientCheck(self)]
         super().__init__(**prepared)
 
     # -- training that cannot train (precision_base.cant_train) ------------------------------------------------
@@ -236,7 +228,7 @@ class _GradientCheck:
 
     def __init__(self, fabric: PrecisionPluginFabricMixin) -> None:
         self._fabric = weakref.ref(fabric)
-        self._watch = GradientWatch()
+        self._watch = combine.GradientWatch()
 
     def on_after_optimizer_step(self, strategy: Any, optimizer: Any) -> None:
         fabric = self._fabric()

@@ -25,15 +25,7 @@ from precision_base.cant_train import (
     ReplacedParameters,
 )
 from precision_base.contract import PrecisionPlugin
-from precision_base.doors.combine import (
-    DoorDescription,
-    GradientWatch,
-    _as_list,
-    check_mixin_first,
-    combine_door_kwargs,
-    door_namespace,
-    not_a_plugin_error,
-)
+from precision_base.doors import combine
 from precision_base.doors.identity import door_of, wrong_door_error
 from precision_base.errors import TrainerConfigurationError, describe
 from precision_base.namespaces import NAMESPACES, lightning_root, namespace_of
@@ -60,10 +52,10 @@ def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any
             f"{getattr(plugin, 'spec', 'fsdp:bf16-mixed')!r}), or build the instance for {namespace} with "
             f"precision_base.namespaces.for_namespace({type(plugin).__name__}, {namespace!r})(...)."
         )
-    raise not_a_plugin_error(plugin, namespace)
+    raise combine.not_a_plugin_error(plugin, namespace)
 
 
-TRAINER = DoorDescription(
+TRAINER = combine.DoorDescription(
     name="Trainer",
     namespaces=NAMESPACES,
     plugin_types="Precision, CheckpointIO, ClusterEnvironment, or LayerSync",
@@ -108,11 +100,11 @@ def prepare_trainer_kwargs(
     from precision_base.audit.callback import add_audit_from_env  # PRECISION_PLUGINS_AUDIT: the audit callback
 
     kwargs = add_audit_from_env(kwargs, namespace)
-    return combine_door_kwargs(precision_plugin, kwargs, door=TRAINER, namespace=namespace)
+    return combine.combine_door_kwargs(precision_plugin, kwargs, door=TRAINER, namespace=namespace)
 
 
 def _trainer_namespace(cls: type) -> str:
-    return door_namespace(cls, PrecisionPluginTrainerMixin, TRAINER)
+    return combine.door_namespace(cls, PrecisionPluginTrainerMixin, TRAINER)
 
 
 def _env_signature(owner: type, *, for_mixin: bool) -> inspect.Signature:
@@ -177,7 +169,7 @@ class PrecisionPluginTrainerMixin:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        check_mixin_first(cls, PrecisionPluginTrainerMixin, TRAINER)
+        combine.check_mixin_first(cls, PrecisionPluginTrainerMixin, TRAINER)
 
     def __init__(self, *, precision_plugin: Optional[Any] = None, **kwargs: Any) -> None:
         cls = type(self)
@@ -189,8 +181,8 @@ class PrecisionPluginTrainerMixin:
         if precision_plugin is None:
             precision_plugin = from_env
         kwargs = prepare_trainer_kwargs(precision_plugin, kwargs, namespace=namespace)
-        if any(isinstance(p, PrecisionPlugin) for p in _as_list(kwargs.get("plugins"))):
-            kwargs["callbacks"] = [*_as_list(kwargs.get("callbacks")), _trainability_check(namespace)()]
+        if any(isinstance(p, PrecisionPlugin) for p in combine.as_list(kwargs.get("plugins"))):
+            kwargs["callbacks"] = [*combine.as_list(kwargs.get("callbacks")), _trainability_check(namespace)()]
         super().__init__(**kwargs)  # spelled this way so that LightningCLI (jsonargparse) sees Lightning's arguments
 
 
@@ -218,11 +210,11 @@ class _TrainabilityCheckImpl:
 
     def __init__(self) -> None:
         self._before: Optional[ReplacedParameters] = None
-        self._watch = GradientWatch()
+        self._watch = combine.GradientWatch()
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage == "fit":
-            self._before, self._watch = ReplacedParameters(pl_module), GradientWatch()
+            self._before, self._watch = ReplacedParameters(pl_module), combine.GradientWatch()
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         before, self._before = self._before, None

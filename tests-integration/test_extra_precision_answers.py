@@ -48,6 +48,20 @@ def run(site: Path, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def torchao_requirement() -> str:
+    """The fp8 extra's torchao requirement as precision-fsdp's metadata declares it (``torchao>=0.13``), which the
+    refusals quote."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    for line in metadata.requires("precision-fsdp") or []:
+        requirement = Requirement(line)
+        if requirement.name == "torchao":
+            return f"torchao{requirement.specifier}"
+    raise AssertionError("precision-fsdp declares no torchao requirement")
+
+
 def expected_line(cwd: Path) -> str:
     """What install_command must say for this environment's precision-fsdp (a checkout here, an index elsewhere)."""
     from importlib import metadata
@@ -104,7 +118,7 @@ def test_every_door_gives_the_same_refusal_with_a_working_install_line(without_t
     rows = [line_.split(" | ") for line_ in done.stdout.splitlines() if " | " in line_]
     assert [r[0] for r in rows] == ["resolve", "resolve_fabric", "Trainer", "Fabric"], done.stdout + done.stderr
     why = (
-        "needs torchao>=0.18, which is not installed (the 'fp8' extra of precision-fsdp "
+        f"needs {torchao_requirement()}, which is not installed (the 'fp8' extra of precision-fsdp "
         f"{pytest.importorskip('precision_fsdp').__version__}); install it with: {line}"
     )
     docs = (cwd / "docs" / "names-and-errors.md").read_text(encoding="utf-8")  # the page shows an index's line
@@ -136,15 +150,16 @@ def test_list_show_and_doctor_mark_the_extra_unavailable_and_say_why(without_tor
     assert (rc_list, rc_doctor, show) == ("rc 0", "rc 0", ["rc 2"]), out  # the backend is ok; show refuses
     assert "fp8-tensorwise (unavailable),fp8-rowwise (unavailable),mxfp8-rceil (unavailable)" in listing
     assert (
-        "fsdp:fp8-tensorwise, fsdp:fp8-rowwise, fsdp:mxfp8-rceil unavailable: needs torchao>=0.18, which is not "
-        "installed" in out
+        "fsdp:fp8-tensorwise, fsdp:fp8-rowwise, fsdp:mxfp8-rceil unavailable: "
+        f"needs {torchao_requirement()}, which is not installed" in out
     )
     assert f"install it with: {line}" in listing
     fsdp = next(e for e in json.loads(as_json) if e["backend"] == "fsdp")
     assert sorted(fsdp["unavailable"]) == ["fp8-rowwise", "fp8-tensorwise", "mxfp8-rceil"]
     assert fsdp["status"] == "ok"
     assert "[ok] fsdp (precision-fsdp" in doctor
-    assert "  - unavailable: fsdp:fp8-tensorwise, fsdp:fp8-rowwise, fsdp:mxfp8-rceil: needs torchao>=0.18" in doctor
+    unavailable = "fsdp:fp8-tensorwise, fsdp:fp8-rowwise, fsdp:mxfp8-rceil"
+    assert f"  - unavailable: {unavailable}: needs {torchao_requirement()}" in doctor
     assert "precision-plugins: error: fsdp:fp8-tensorwise is unavailable here" in done.stderr
 
 

@@ -145,24 +145,49 @@ def crossed(pkg: Package, matrix: dict[str, Any]) -> list[str]:
     return list(matrix["crossed"].get(pkg.dist, matrix["crossed"]["default"]))
 
 
+def extra_axes(pkg: Package, torch: str | None, matrix: dict[str, Any]) -> list[str]:
+    """The axes a package's cells on ``torch`` are crossed over besides :func:`crossed`: the ``axes`` of its
+    ``[extras]`` entry (e.g. ``torchao`` for precision-fsdp's fp8 extra), where that entry installs the extras."""
+    entry = matrix.get("extras", {}).get(pkg.dist)
+    if not entry or (torch or str(matrix["ci"]["torch"])) not in entry.get("torch", []):
+        return []
+    return list(entry.get("axes", []))
+
+
+def _with_extra_axes(cell: Cell, pkg: Package, matrix: dict[str, Any], given: dict[str, Any]) -> list[Cell]:
+    """``cell`` crossed over its :func:`extra_axes`; a value in ``given`` (an ``[[extra]]`` entry) fixes that axis."""
+    names = extra_axes(pkg, cell.axes.get("torch"), matrix)
+    choices = [[str(given[n])] if n in given else list(matrix["axes"][n]) for n in names]
+    return [
+        Cell(cell.package, cell.python, {**cell.axes, **dict(zip(names, values, strict=True))}, cell.variant)
+        for values in itertools.product(*choices)
+    ]
+
+
 def cells(pkg: Package, matrix: dict[str, Any]) -> list[Cell]:
-    """The package's crossed cells at the default Python, then its ``[[extra]]`` cells, minus the excluded ones."""
+    """The package's crossed cells at the default Python, then its ``[[extra]]`` cells, minus the excluded ones.
+    Each cell is also crossed over the axes its extras bring (:func:`extra_axes`)."""
     names = crossed(pkg, matrix)
     python = str(matrix["python"]["default"])
     found = [
-        Cell(pkg.dist, python, dict(zip(names, values, strict=True)))
+        crossed_cell
         for values in itertools.product(*(matrix["axes"][n] for n in names))
+        for crossed_cell in _with_extra_axes(
+            Cell(pkg.dist, python, dict(zip(names, values, strict=True))), pkg, matrix, {}
+        )
     ]
     for extra in matrix.get("extra", []):
         if extra["package"] in ("all", pkg.dist):
-            found.append(Cell(pkg.dist, str(extra["python"]), {n: str(extra[n]) for n in names}))
+            cell = Cell(pkg.dist, str(extra["python"]), {n: str(extra[n]) for n in names})
+            found += _with_extra_axes(cell, pkg, matrix, extra)
     unique = {c.id: c for c in found}.values()
     return [c for c in unique if _excluded(c.requested, matrix) is None]
 
 
 def ci_cell(pkg: Package, matrix: dict[str, Any]) -> Cell:
     ci = matrix["ci"]
-    return Cell(pkg.dist, str(ci["python"]), {n: str(ci[n]) for n in crossed(pkg, matrix)})
+    names = crossed(pkg, matrix) + extra_axes(pkg, str(ci["torch"]), matrix)
+    return Cell(pkg.dist, str(ci["python"]), {n: str(ci[n]) for n in names})
 
 
 def extras(pkg: Package, cell: Cell, matrix: dict[str, Any]) -> str:
@@ -180,6 +205,15 @@ def test_paths(pkg: Package, matrix: dict[str, Any]) -> list[str]:
 
 def slug(session_name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in session_name)
+
+
+def recorded(junit: Path) -> dict[str, str]:
+    """What the cell's tests recorded with pytest's ``record_testsuite_property`` (or ``record_property`` under
+    junit_family xunit1): ``name -> value`` in junit order, e.g. which torchao training API path each fp8 precision
+    took (``packages/precision-fsdp/tests/test_torchao_paths.py``)."""
+    import xml.etree.ElementTree as ET
+
+    return {str(prop.get("name")): str(prop.get("value")) for prop in ET.parse(junit).getroot().iter("property")}
 
 
 class CellFailed(Exception):
@@ -205,6 +239,7 @@ class Report:
             "reason": reason,
             "installed": json.loads(self.env.read_text()) if self.env.exists() else None,
             "tests": junit_counts(self.junit) if self.junit.exists() else None,
+            "recorded": recorded(self.junit) if self.junit.exists() else {},
             "started": self.started,
             "duration_s": round(time.time() - self.started, 1),
         }

@@ -96,6 +96,65 @@ def test_extras_are_installed_only_on_the_torch_versions_they_were_verified_on()
     assert matrix.extras(fsdp, old, real) == ""
 
 
+def test_the_axes_an_extra_brings_cross_only_the_cells_that_install_it(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.toml"
+    path.write_text(
+        AXES.replace('deepspeed = "0.19"\n[tests]', 'deepspeed = "0.19"\ntorchao = "0.18"\n[tests]')
+        + '[axes.torchao]\n"0.13" = { spec = "==0.13.*", env = { WHICH = "floor" } }\n"0.18" = "==0.18.*"\n'
+        + '[extras]\nprecision-fsdp = { extras = "fp8", torch = ["2.13"], axes = ["torchao"] }\n'
+        + '[[exclude]]\nmatch = { lightning = "2.5", torchao = "0.13" }\nreason = "one floor cell"\n'
+    )
+    axes = matrix.load(path)
+    fsdp = find("fsdp")
+    ids = [c.id for c in matrix.cells(fsdp, axes)]
+    assert ids == [
+        "python='3.11', torch='2.13', lightning='2.5', torchao='0.18'",
+        "python='3.11', torch='2.13', lightning='2.6', torchao='0.13'",
+        "python='3.11', torch='2.13', lightning='2.6', torchao='0.18'",
+        "python='3.11', torch='2.15', lightning='2.6'",  # no fp8 extra there, so no torchao axis
+        "python='3.13', torch='2.15', lightning='2.6'",
+    ]
+    ci = matrix.ci_cell(fsdp, axes)
+    assert ci.axes == {"torch": "2.13", "lightning": "2.6", "torchao": "0.18"}
+    floor = matrix.cells(fsdp, axes)[1]
+    assert matrix.requirements(floor, axes) == ["torch==2.13.*", "lightning==2.6.*", "torchao==0.13.*"]
+    assert matrix.environment(floor, axes) == {"WHICH": "floor"}
+    assert matrix.extras(fsdp, floor, axes) == "[fp8]"
+    assert all("torchao" not in c.axes for c in matrix.cells(find("base"), axes)), "other packages: unchanged"
+    assert "torchao" not in matrix.ci_cell(find("base"), axes).axes
+
+
+def test_the_real_fp8_cells_are_torchaos_floor_and_newest_and_only_the_newest_is_in_ci() -> None:
+    """Issue 23: the fp8 precisions are tested on torchao's floor (module swap only) and its newest (both paths);
+    the floor cell is in the full matrix (nightly), not in the CI slice."""
+    import re
+
+    from tools.packages import ROOT
+
+    real = matrix.load()
+    fsdp = find("precision-fsdp")
+    floor_line = re.search(
+        r'fp8 = \["torchao>=([0-9.]+)"\]', (ROOT / "packages/precision-fsdp/pyproject.toml").read_text()
+    )
+    assert floor_line is not None
+    floor = ".".join(floor_line.group(1).split(".")[:2])
+    newest = max(real["axes"]["torchao"], key=lambda v: tuple(map(int, v.split("."))))
+    assert floor in real["axes"]["torchao"], "the pyproject floor has a cell"
+    torchao_cells = {
+        c.axes["torchao"]: c
+        for c in matrix.cells(fsdp, real)
+        if c.axes.get("lightning") == "2.6" and "torchao" in c.axes
+    }
+    assert set(torchao_cells) == {floor, newest}
+    ci = matrix.ci_cell(fsdp, real)
+    assert ci == torchao_cells[newest]
+    assert ci != torchao_cells[floor]
+    assert matrix.environment(torchao_cells[floor], real) == {"PRECISION_FSDP_TORCHAO_PATHS": "module swap"}
+    assert matrix.environment(ci, real) == {"PRECISION_FSDP_TORCHAO_PATHS": "module swap, weight wrapper"}
+    assert "packages/precision-fsdp/tests" in matrix.test_paths(fsdp, real)  # runs tests/test_torchao_paths.py
+    assert not [c for c in matrix.cells(fsdp, real) if "torchao" in c.axes and matrix.extras(fsdp, c, real) != "[fp8]"]
+
+
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="1" skipped="0" tests="3">
 <testcase classname="tests.test_a" name="test_bad"><failure message="AssertionError: bf16 expected">t</failure>
@@ -139,6 +198,22 @@ def test_each_cell_reports_how_it_ended(tmp_path: Path) -> None:
     assert error["status"] == "error"
     assert error["reason"] == "did not reach the tests: pip could not resolve torch==9"
     assert _run(tmp_path, "tests-precision_fsdp(d)", "skipped")["status"] == "skipped"
+
+
+def test_a_cell_report_keeps_what_its_tests_recorded(tmp_path: Path) -> None:
+    """packages/precision-fsdp/tests/test_torchao_paths.py records which torchao path each fp8 precision took
+    (``record_testsuite_property``); the cell's report carries it as ``recorded``."""
+    cell = matrix.Cell("precision-fsdp", "3.11", {"torch": "2.13", "lightning": "2.6", "torchao": "0.13"})
+    with matrix.reporting("tests-precision_fsdp(e)", cell, tmp_path) as report:
+        report.junit.write_text(
+            '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="0" '
+            'skipped="0" tests="1"><properties><property name="torchao training paths" value="module swap" />'
+            '<property name="fsdp:fp8-rowwise path" value="module swap" /></properties>'
+            '<testcase classname="t" name="test_paths" /></testsuite></testsuites>'
+        )
+    written = json.loads((tmp_path / f"{matrix.slug('tests-precision_fsdp(e)')}.json").read_text())
+    assert written["requested"]["torchao"] == "0.13"
+    assert written["recorded"] == {"torchao training paths": "module swap", "fsdp:fp8-rowwise path": "module swap"}
 
 
 def test_the_table_is_written_from_the_reports_into_the_build_folder(tmp_path: Path) -> None:

@@ -37,25 +37,28 @@ def test_every_fenced_problem_is_listed() -> None:
 
 
 def test_overrides_carry_typing_extensions_override() -> None:
-    """Every method of the plugin and the CPU strategy that overrides a Lightning method is marked @override."""
-    from precision_deepspeed.plugin import DeepSpeedPrecisionImpl
+    """Every method of ours (the plugin's and the CPU strategies' mixins, ``_compat``'s strategy hooks) that
+    overrides a Lightning or ``precision_base.PrecisionPlugin`` method is marked @override, in both doors."""
+    import precision_deepspeed.fabric as fabric
     from precision_deepspeed.strategy import DeepSpeedCPUStrategy
 
     lightning_plugin = DeepSpeedPrecision.__mro__[-3]  # Lightning's DeepSpeedPrecision (before Precision, object)
     assert lightning_plugin.__module__.startswith("lightning.")
     checked = 0
-    for cls, base in ((DeepSpeedPrecisionImpl, DeepSpeedPrecision), (DeepSpeedCPUStrategy, DeepSpeedCPUStrategy)):
-        for name, value in vars(cls).items():
-            func = value.fget if isinstance(value, property) else value
-            if not callable(func) or name.startswith("__"):
+    for concrete in (DeepSpeedPrecision, fabric.DeepSpeedPrecision, DeepSpeedCPUStrategy, fabric.DeepSpeedCPUStrategy):
+        mro = concrete.__mro__
+        for index, cls in enumerate(mro):
+            if not cls.__module__.startswith("precision_deepspeed"):
                 continue
-            inherited = [k for k in base.__mro__[1:] if k.__module__.split(".")[0] == "lightning" and name in vars(k)]
-            if inherited:
-                checked += 1
-                assert getattr(func, "__override__", False), (
-                    f"{cls.__name__}.{name} overrides Lightning without @override"
-                )
-    assert checked >= 14
+            for name, value in vars(cls).items():
+                func = value.fget if isinstance(value, property) else value
+                if not callable(func) or name.startswith("__"):
+                    continue
+                bases = [k for k in mro[index + 1 :] if k.__module__.split(".")[0] in ("lightning", "precision_base")]
+                if any(name in vars(k) for k in bases):
+                    checked += 1
+                    assert getattr(func, "__override__", False), f"{cls.__name__}.{name} overrides without @override"
+    assert checked >= 40
 
 
 def test_lightning_precisions_are_ours_in_lightnings_order() -> None:

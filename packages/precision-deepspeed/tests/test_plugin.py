@@ -21,12 +21,8 @@ from torch.utils.data import DataLoader, TensorDataset
 import precision_base
 from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
 from precision_deepspeed.config import DeepSpeedConfigConflictError
-from precision_deepspeed.plugin import (
-    LIGHTNING_BACKWARD_WARNING,
-    LIGHTNING_SKIPPED_BACKWARD_ERROR,
-    DeepSpeedPrecisionError,
-    deepspeed_has_torch_autocast,
-)
+from precision_deepspeed.errors import LIGHTNING_BACKWARD_WARNING, LIGHTNING_SKIPPED_BACKWARD_ERROR
+from precision_deepspeed.plugin import DeepSpeedPrecisionError, deepspeed_has_torch_autocast
 
 needs_autocast = pytest.mark.skipif(
     not deepspeed_has_torch_autocast(), reason="the installed DeepSpeed has no torch_autocast config section"

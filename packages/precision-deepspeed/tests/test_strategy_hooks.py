@@ -81,8 +81,8 @@ def test_user_forward_hook_survives_validate_and_predict_after_fit(spec: str) ->
     assert len(predictions) == 2
     assert model.hook_calls == after_fit + 4
     # DeepSpeed's own hooks on the root (the engine's forward prologue/epilogue) do not pile up: one engine's each
-    root_pre = [h for h in model._forward_pre_hooks.values() if _compat._defined_in_deepspeed(h)]
-    root_post = [h for h in model._forward_hooks.values() if _compat._defined_in_deepspeed(h)]
+    root_pre = [h for h in model._forward_pre_hooks.values() if _compat.lightning._defined_in_deepspeed(h)]
+    root_post = [h for h in model._forward_hooks.values() if _compat.lightning._defined_in_deepspeed(h)]
     assert len(root_pre) == 1, root_pre
     assert len(root_post) == 1, root_post
     assert _hook_tables(model)["layer"] == 1  # the user's hook, once

@@ -132,6 +132,40 @@ def render_precision_section(
     raise ValueError(f"unknown precision {precision!r}")
 
 
+def check_precision_options(
+    precision: str, scaling: LossScaling, torch_autocast: bool, safe_modules: Optional[Sequence[str]]
+) -> None:
+    """Check the plugin's DeepSpeed options against its (canonical) ``precision``.
+
+    Raises:
+        ValueError: fp16 loss scaling options under a non-fp16 mode, ``torch_autocast`` under a ``*-true``
+            precision, under ``16-mixed`` or with a DeepSpeed that has no ``torch_autocast`` section, or
+            ``autocast_lower_precision_safe_modules`` without ``torch_autocast``.
+    """
+    from precision_deepspeed import _compat
+    from precision_deepspeed.errors import autocast_fp16_refusal
+
+    if scaling != LossScaling() and (precision not in HALF_PRECISIONS or torch_autocast):
+        raise ValueError(
+            f"fp16 loss scaling options apply to DeepSpeed's fp16 mode ({', '.join(HALF_PRECISIONS)}) only; "
+            f"precision={precision!r}{' with torch_autocast=True' if torch_autocast else ''} does not use them"
+        )
+    if torch_autocast:
+        if precision not in AUTOCAST_PRECISIONS:
+            raise ValueError(
+                f"torch_autocast=True needs a mixed precision ({', '.join(AUTOCAST_PRECISIONS)}), got {precision!r}"
+            )
+        if not _compat.deepspeed_has_torch_autocast():
+            raise ValueError(
+                "torch_autocast=True needs a DeepSpeed release that reads the 'torch_autocast' config section; "
+                "the installed DeepSpeed does not. Upgrade DeepSpeed or use torch_autocast=False."
+            )
+        if precision in HALF_PRECISIONS:
+            raise ValueError(autocast_fp16_refusal(f"deepspeed:{precision}"))
+    elif safe_modules is not None:
+        raise ValueError("autocast_lower_precision_safe_modules is only used with torch_autocast=True")
+
+
 def engine_mode(section: Mapping[str, Any]) -> str:
     """DeepSpeed's precision mode for a config (or a rendered section): ``"fp16"``, ``"bf16"``, ``"fp32"`` or
     ``"torch_autocast/<dtype>"``."""

@@ -15,7 +15,9 @@ Lightning's ``DeepSpeedStrategy`` refuses the CPU in three places: ``setup_envir
 engine is created with ``device_rank=root_device.index`` (``None`` on CPU), which DeepSpeed compares with 0.
 :class:`DeepSpeedCPUStrategy` steps around these three when its accelerator is a CPU accelerator, and is Lightning's
 ``DeepSpeedStrategy`` unchanged on any other accelerator. DeepSpeed picks its CPU accelerator itself when no GPU is
-visible, and gloo for the collectives.
+visible, and gloo for the collectives. Its code, :class:`DeepSpeedCPUStrategyImpl`, is also that of Fabric's
+:class:`precision_deepspeed.fabric.DeepSpeedCPUStrategy`; the private Lightning methods each door's strategy replaces
+are held in :mod:`precision_deepspeed._compat.strategies`.
 """
 
 from __future__ import annotations
@@ -24,17 +26,42 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Protocol, runtime_checkable
 
+import lightning.pytorch as pl
 import torch
-from lightning.pytorch.strategies import DeepSpeedStrategy
 from typing_extensions import override
 
+from precision_base.namespaces import namespace_of
+from precision_base.plugin_support import uses_cpu
 from precision_deepspeed import _compat
 from precision_deepspeed.config import DeepSpeedConfigConflictError, engine_mode, write_into_config
 from precision_deepspeed.resume import check_resume
 
 if TYPE_CHECKING:
-    import deepspeed
-    from torch.nn import Module
+
+    class _StrategyBase:
+        """What the shared CPU code uses of Lightning's two ``DeepSpeedStrategy`` classes (for the type checker)."""
+
+        @property
+        def accelerator(self) -> Any: ...
+
+        @accelerator.setter
+        def accelerator(self, accelerator: Any) -> None: ...
+
+        @property
+        def global_rank(self) -> int: ...
+
+        @property
+        def local_rank(self) -> int: ...
+
+        @property
+        def root_device(self) -> torch.device: ...
+
+        def setup_environment(self) -> None: ...
+
+else:
+    _StrategyBase = object  # at run time the concrete class supplies Lightning's DeepSpeedStrategy of its namespace
+
+DeepSpeedStrategy = pl.strategies.DeepSpeedStrategy
 
 #: Attribute set on a strategy once its config carries the plugin's section.
 _WRITTEN = "_precision_deepspeed_section_written"
@@ -112,12 +139,6 @@ def section_written(strategy: Any) -> bool:
     return bool(getattr(strategy, _WRITTEN, False))
 
 
-def _on_cpu(accelerator: Any) -> bool:
-    from precision_base.plugin_support import uses_cpu
-
-    return uses_cpu(accelerator)
-
-
 def announce_cpu_op_build(global_rank: int, namespace: str) -> Optional[str]:
     """Log, on rank 0 at INFO under ``<namespace>.precision_deepspeed``, that DeepSpeed is about to compile its CPU
     communication op (the first DeepSpeed run on a machine is otherwise silent for a minute or two). Call it just
@@ -153,9 +174,9 @@ def guard_resume(strategy: Any, plugin: Any) -> None:
         strategy: the Trainer's strategy.
         plugin: the precision plugin; its ``_fitting`` flag (set in ``connect``) says whether training resumes.
     """
-    if isinstance(strategy, DeepSpeedCPUStrategy) or getattr(strategy, "_precision_resume_guard", False):
+    if isinstance(strategy, TrainerDeepSpeedCPUStrategyImpl) or getattr(strategy, "_precision_resume_guard", False):
         return
-    _keep_module_hooks(strategy)
+    _compat.keep_module_hooks_in_evaluation(strategy)
     load = strategy.load_checkpoint
 
     def load_checkpoint(checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -167,50 +188,31 @@ def guard_resume(strategy: Any, plugin: Any) -> None:
     strategy._precision_resume_guard = True
 
 
-def _keep_module_hooks(strategy: Any) -> None:
-    """Make Lightning's ``DeepSpeedStrategy`` instance build its evaluation engine removing only DeepSpeed's hooks
-    (:meth:`DeepSpeedCPUStrategy._initialize_deepspeed_inference` says why)."""
-    build = strategy._initialize_deepspeed_inference
-
-    def _initialize_deepspeed_inference(model: Any) -> None:
-        with _compat.module_hooks_kept(strategy):
-            build(model)
-
-    strategy._initialize_deepspeed_inference = _initialize_deepspeed_inference
-
-
-class DeepSpeedCPUStrategy(DeepSpeedStrategy):
-    """Lightning's ``DeepSpeedStrategy``, usable with ``accelerator="cpu"`` (gloo, DeepSpeed's CPU accelerator).
-
-    Takes every argument of ``lightning.pytorch.strategies.DeepSpeedStrategy``. On a non-CPU accelerator it
-    behaves like Lightning's class, except that evaluation after ``fit`` keeps the model's own (non-DeepSpeed)
-    module hooks (see :meth:`_initialize_deepspeed_inference`). When its precision plugin is a
-    :class:`precision_deepspeed.DeepSpeedPrecision`, the plugin's precision section is merged into the config before
-    Lightning formats it, so ZeRO-3's ``deepspeed.zero.Init`` already sees it.
-    """
+class DeepSpeedCPUStrategyImpl(_StrategyBase):
+    """All code both DeepSpeed CPU strategies share (the Trainer's :class:`DeepSpeedCPUStrategy` and Fabric's
+    :class:`precision_deepspeed.fabric.DeepSpeedCPUStrategy`); the private Lightning methods each door's strategy
+    replaces are in :mod:`precision_deepspeed._compat.strategies` and hand over to the methods here."""
 
     _engine_rank_scope: bool = False
 
-    def _on_cpu(self) -> bool:
-        return self.accelerator is not None and _on_cpu(self.accelerator)
+    def on_cpu(self) -> bool:
+        """Whether the strategy runs on a CPU accelerator (then it steps around Lightning's CUDA-only spots)."""
+        return self.accelerator is not None and uses_cpu(self.accelerator)
 
     @override
     def setup_environment(self) -> None:
-        if not self._on_cpu():
+        if not self.on_cpu():
             super().setup_environment()
             return
         # DeepSpeedStrategy's override only adds the CUDA check; run the DDP-level setup it would defer to
         _compat.base_method(self, "DeepSpeedStrategy", "setup_environment")()
 
-    @override
-    def setup_distributed(self) -> None:
-        if not self._on_cpu():
-            super().setup_distributed()
-            return
-        # the device-index check does not apply: CPU devices carry no index
+    def setup_cpu_distributed(self) -> None:
+        """On CPU, Lightning's distributed setup without its device-index check (CPU devices carry no index):
+        seed, ranks, the CPU op build notice, DeepSpeed's process group."""
         _compat.reset_seed(self)
-        self.set_world_ranks()
-        announce_cpu_op_build(self.global_rank, _compat.lightning_namespace(self))
+        _compat.set_world_ranks(self)
+        announce_cpu_op_build(self.global_rank, namespace_of(self) or "lightning.pytorch")
         _compat.init_deepspeed_distributed(self)
 
     @property
@@ -223,34 +225,29 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
         return device
 
     @contextlib.contextmanager
-    def _engine_rank(self) -> Iterator[None]:
-        self._engine_rank_scope = self._on_cpu()
+    def engine_rank(self) -> Iterator[None]:
+        """Within the block (``deepspeed.initialize``), on CPU, :attr:`root_device` carries the local rank."""
+        self._engine_rank_scope = self.on_cpu()
         try:
             yield
         finally:
             self._engine_rank_scope = False
 
-    @override
-    def _setup_model_and_optimizer(
-        self, model: Module, optimizer: Any, lr_scheduler: Any = None
-    ) -> tuple[deepspeed.DeepSpeedEngine, Any]:
-        with self._engine_rank():
-            return super()._setup_model_and_optimizer(model, optimizer, lr_scheduler)
+    def before_format_config(self) -> None:
+        """Before Lightning formats the config: the plugin's section goes in (:func:`write_plugin_config`)."""
+        write_plugin_config(self)
+
+
+class TrainerDeepSpeedCPUStrategyImpl(DeepSpeedCPUStrategyImpl, _compat.TrainerStrategyHooks):
+    """What the Trainer's CPU strategy adds to :class:`DeepSpeedCPUStrategyImpl`: its distributed setup and the
+    resume check before DeepSpeed's loader."""
 
     @override
-    def _initialize_deepspeed_inference(self, model: Module) -> None:
-        """Lightning's evaluation engine, built after removing only DeepSpeed's own hooks from the model.
-
-        Lightning's ``DeepSpeedStrategy`` empties every hook table of every module first (so the training
-        engine's hooks do not run twice), which also deletes the hooks the model installed itself: after ``fit``,
-        ``validate``/``test``/``predict`` on the same Trainer then ran a different model (a Hugging Face
-        mixture-of-experts model lost the forward hooks that record its router logits and failed with
-        ``IndexError: tuple index out of range`` in its load-balancing loss; a ``keep_fp32`` module lost its float32
-        forward). Here only the hooks defined by DeepSpeed are removed (:func:`precision_deepspeed._compat.
-        remove_deepspeed_hooks`), on every accelerator.
-        """
-        with self._engine_rank(), _compat.module_hooks_kept(self):
-            super()._initialize_deepspeed_inference(model)
+    def setup_distributed(self) -> None:
+        if not self.on_cpu():
+            super().setup_distributed()
+            return
+        self.setup_cpu_distributed()
 
     @override
     def load_checkpoint(self, checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -266,10 +263,16 @@ class DeepSpeedCPUStrategy(DeepSpeedStrategy):
             check_resume(self.precision_plugin, checkpoint_path)
         return super().load_checkpoint(checkpoint_path, *args, **kwargs)  # weights_only: Lightning >= 2.5.1
 
-    @override
-    def _format_config(self) -> None:
-        write_plugin_config(self)
-        super()._format_config()
+
+class DeepSpeedCPUStrategy(TrainerDeepSpeedCPUStrategyImpl, DeepSpeedStrategy):  # type: ignore[misc]
+    """Lightning's ``DeepSpeedStrategy``, usable with ``accelerator="cpu"`` (gloo, DeepSpeed's CPU accelerator).
+
+    Takes every argument of ``lightning.pytorch.strategies.DeepSpeedStrategy``. On a non-CPU accelerator it
+    behaves like Lightning's class, except that evaluation after ``fit`` keeps the model's own (non-DeepSpeed)
+    module hooks (see :meth:`precision_deepspeed._compat.TrainerStrategyHooks._initialize_deepspeed_inference`).
+    When its precision plugin is a :class:`precision_deepspeed.DeepSpeedPrecision`, the plugin's precision section
+    is merged into the config before Lightning formats it, so ZeRO-3's ``deepspeed.zero.Init`` already sees it.
+    """
 
 
 def user_config_conflicts(strategy: Any, section: Mapping[str, Any]) -> list[str]:
@@ -282,4 +285,14 @@ def user_config_conflicts(strategy: Any, section: Mapping[str, Any]) -> list[str
     return precision_conflicts(config, section)
 
 
-__all__ = ["DeepSpeedCPUStrategy", "SectionOwner", "guard_resume", "section_written", "write_plugin_config"]
+__all__ = [
+    "DeepSpeedCPUStrategy",
+    "DeepSpeedCPUStrategyImpl",
+    "SectionOwner",
+    "TrainerDeepSpeedCPUStrategyImpl",
+    "announce_cpu_op_build",
+    "guard_resume",
+    "section_written",
+    "user_config_conflicts",
+    "write_plugin_config",
+]

@@ -58,7 +58,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "spec": "fsdp:mxfp8-rceil",
             "bias_free": 1,
             "schedule": [[0, "fsdp:mxfp8-rceil"], [SWITCH, "fsdp:bf16-mixed"]],
-            "audit_at": [SWITCH],
+            "audit_at": [0, SWITCH],
         },
     ]
     env = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
@@ -171,5 +171,9 @@ def test_mxfp8_weight_wrappers_come_off_at_the_switch(runs: dict[str, Any]) -> N
     assert set(after["local_types"].values()) == {"Tensor"}
     assert after["param_ids"] == before["param_ids"]
     assert after["state"] == before["state"]
-    assert mx["audit_ok"] == [True], mx["audits"][0]
-    assert mx["audits"][0].startswith("precision audit of fsdp:bf16-mixed, rank 0, 1 optimizer step(s): ok")
+    assert mx["audit_ok"] == [True, True], mx["audits"]
+    assert mx["audits"][0].startswith("precision audit of fsdp:mxfp8-rceil, rank 0, 1 optimizer step(s): ok")
+    assert "float8              FSDPLinear x2: net.*  " in mx["audits"][0]  # the MX GEMMs ran float8 operands
+    assert "float8 GEMM (float8_e4m3fn operands)" in mx["audits"][0]
+    assert mx["audits"][1].startswith("precision audit of fsdp:bf16-mixed, rank 0, 1 optimizer step(s): ok")
+    assert "\nfloat8 " not in mx["audits"][1]  # no float8 row after the switch

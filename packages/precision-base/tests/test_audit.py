@@ -315,3 +315,24 @@ def test_a_run_whose_optimizer_never_steps_is_a_mismatch() -> None:
     assert audit.ok is False
     assert audit.report is not None
     assert [r.observed for r in _rows(audit.report, "gradients") if not r.ok] == ["no optimizer step ran"]
+
+
+def test_mxfp8_counts_as_float8_and_its_payload_is_found() -> None:
+    """An mxfp8 run is audited for float8 GEMMs as fp8 is; torchao's MXTensor keeps its float8 data in ``qdata``
+    (Float8TrainingTensor in ``_data``): the watch finds either (the real MXFP8 fit: test_precision_schedule_fp8)."""
+    from precision_base.audit.compare import is_fp8_precision
+    from precision_base.audit.observe import _float8_payload
+
+    assert [is_fp8_precision(p) for p in ("mxfp8-rceil", "fp8-tensorwise", "bf16-mixed")] == [True, True, False]
+
+    class Holder(torch.Tensor):
+        pass
+
+    for name in ("qdata", "_data"):
+        holder = torch.zeros(4).as_subclass(Holder)
+        setattr(holder, name, torch.zeros(4, dtype=torch.float8_e4m3fn))
+        assert _float8_payload(holder) is getattr(holder, name)
+    plain8 = torch.zeros(4, dtype=torch.float8_e4m3fn)
+    assert _float8_payload(plain8) is plain8
+    assert _float8_payload(torch.zeros(4)) is None
+    assert _float8_payload("not a tensor") is None

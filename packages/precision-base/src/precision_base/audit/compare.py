@@ -43,8 +43,8 @@ MAX_NAMES = 2
 
 
 def is_fp8_precision(precision: str) -> bool:
-    """Whether a precision name is an fp8 recipe (``fp8-tensorwise``, ``fp8-rowwise``, ``float8-...``)."""
-    return precision.split("-", 1)[0] in ("fp8", "float8")
+    """Whether a precision name is a float8 recipe (``fp8-tensorwise``, ``fp8-rowwise``, ``mxfp8-...``, ``float8-...``)."""
+    return precision.split("-", 1)[0] in ("fp8", "float8", "mxfp8")
 
 
 def _either(*dtypes: str) -> str:

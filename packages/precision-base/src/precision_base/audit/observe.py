@@ -13,7 +13,7 @@
   subclasses, torchao's ``Float8Linear`` included): the dtype of its first floating output;
 * on matmul modules of an fp8 run (or of a ``Float8*`` class), a ``TorchDispatchMode`` active during the module's
   forward only, which records matrix products whose operands are float8 (a float8 tensor, or a tensor subclass
-  holding float8 data, such as torchao's ``Float8TrainingTensor``) and calls of ``aten._scaled_mm``;
+  holding float8 data, such as torchao's ``Float8TrainingTensor`` or ``MXTensor``) and calls of ``aten._scaled_mm``;
 * a step post-hook on the innermost ``torch.optim.Optimizer`` of each optimizer (DeepSpeed's ZeRO
   optimizer holds one whose parameters are the float32 master partitions): the dtypes of the parameters it updates,
   of the gradients it sees and of its per-parameter state;
@@ -100,13 +100,21 @@ def _first_floating(data: Any) -> Optional[torch.Tensor]:
     return next((t for t in _tensors(data) if t.is_floating_point()), None)
 
 
-def _holds_float8(value: Any) -> bool:
+# where torchao's tensor subclasses keep their low-precision payload: Float8TrainingTensor ``_data``, MXTensor ``qdata``
+_PAYLOADS = ("_data", "qdata")
+
+
+def _float8_payload(value: Any) -> Optional[torch.Tensor]:
+    """``value`` itself when it is a float8 tensor, the float8 data a torchao tensor subclass holds, else ``None``."""
     if not isinstance(value, torch.Tensor):
-        return False
+        return None
     if is_float8(value.dtype):
-        return True
-    inner = getattr(value, "_data", None)
-    return isinstance(inner, torch.Tensor) and is_float8(inner.dtype)
+        return value
+    for name in _PAYLOADS:
+        inner = getattr(value, name, None)
+        if isinstance(inner, torch.Tensor) and is_float8(inner.dtype):
+            return inner
+    return None
 
 
 _DispatchMode: Any = torch_dispatch_mode()
@@ -128,9 +136,8 @@ class _Float8Watch(_DispatchMode):  # type: ignore[misc]
             if name == "_scaled_mm":
                 self.sink.add("float8 GEMM (_scaled_mm)")
             else:
-                kinds = {
-                    dtype_name(getattr(a, "_data", a).dtype) for a in (*args, *kwargs.values()) if _holds_float8(a)
-                }
+                payloads = (_float8_payload(a) for a in (*args, *kwargs.values()))
+                kinds = {dtype_name(t.dtype) for t in payloads if t is not None}
                 if kinds:
                     self.sink.add(f"float8 GEMM ({'/'.join(sorted(kinds))} operands)")
         return func(*args, **kwargs)

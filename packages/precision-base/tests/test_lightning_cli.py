@@ -79,7 +79,11 @@ def test_cli_with_a_user_trainer_subclass_and_the_fsdp_plugin() -> None:
 
     if (problem := fsdp2_cpu_problem()) is not None:
         pytest.skip(f"FSDP2 on CPU needs a newer torch: {problem}")
-    cli = run_cli(["fit", "--trainer.precision_plugin", "fsdp:bf16-mixed", *COMMON], MyTrainer)
+    try:
+        cli = run_cli(["fit", "--trainer.precision_plugin", "fsdp:bf16-mixed", *COMMON], MyTrainer)
+    finally:  # Lightning's teardown leaves the one-rank process group of the FSDP2 strategy: later tests need none
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     plugin = cli.trainer.precision_plugin
     assert type(plugin).__module__ == "precision_fsdp.plugin"
     assert plugin.spec == "fsdp:bf16-mixed"

@@ -258,7 +258,7 @@ def test_a_wheel_or_sdist_of_the_test_helpers_is_refused(tmp_path: Path) -> None
 
 def test_the_real_precision_base_wheel_holds_the_kit_and_none_of_the_test_helpers(tmp_path: Path) -> None:
     pytest.importorskip("build")
-    from tools.check_dist import check_helpers
+    from tools.check_dist import _metadata, check_helpers
     from tools.packages import find, unpublished_packages
 
     build(find("precision-base"), tmp_path)
@@ -273,3 +273,7 @@ def test_the_real_precision_base_wheel_holds_the_kit_and_none_of_the_test_helper
         "precision_base/testing/ranks.py",
     ]
     assert check_helpers(names, unpublished_packages()) == []
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        _, _, requires = _metadata(zf.read(meta).decode())
+    assert 'pytest>=8; extra == "testing"' in [str(r) for r in requires]  # pip install precision-base[testing]

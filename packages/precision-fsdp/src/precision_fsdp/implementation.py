@@ -267,7 +267,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         """``*-true``: cast floating parameters and buffers to fp16/bf16/fp32 (skipped when they already are, which
         :meth:`fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32. A LightningModule that is itself an
         FSDP2 unit holding parameters and defines no ``forward`` gets step methods that gather them
-        (:func:`precision_fsdp.sharding.gather_root_in_steps`; logged on rank 0).
+        (:func:`precision_fsdp.root_unit.gather_root_in_steps`; logged on rank 0).
 
         Raises:
             precision_fsdp.float8.Float8UnavailableError: ``fp8-*`` and no Linear layer of the model was converted

@@ -18,6 +18,8 @@ the Lightning namespace and, for Fabric, its :class:`~precision_fsdp.fabric.FSDP
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Union
 
 from precision_base.namespaces import NAMESPACES, for_namespace
@@ -40,6 +42,54 @@ HOW_FABRIC_FSDP2 = (
 HOW_FABRIC_FSDP1 = 'strategy="fsdp" (or lightning.fabric.strategies.FSDPStrategy(...)) on CUDA GPUs'
 
 
+@dataclass(frozen=True)
+class DoorChoice:
+    """What differs between the two doors' choice of strategy (the rules are the same): the texts, and how a
+    strategy name is recognised as FSDP1.
+
+    Attributes:
+        is_fsdp1_name: ``(strategy name, Lightning namespace root) -> bool``.
+        fsdp1_on_cpu: ``(Lightning namespace root, accelerator) -> text`` refusing FSDP1 on CPU.
+        fsdp2_not_on_cpu: ``(the torch problem) -> text`` refusing FSDP2 on a CPU this torch cannot run it on.
+        other: the text refusing any other strategy.
+        refuses_fsdp1_mixed_precision: refuse an ``FSDPStrategy(mixed_precision=...)`` instance.
+    """
+
+    is_fsdp1_name: Callable[[str, types.ModuleType], bool]
+    fsdp1_on_cpu: Callable[[types.ModuleType, Any], str]
+    fsdp2_not_on_cpu: Callable[[str], str]
+    other: str
+    refuses_fsdp1_mixed_precision: bool
+
+
+def _choose(
+    spec: str, lightning: types.ModuleType, strategy: Any, accelerator: Any, door: DoorChoice, auto: Callable[[], Any]
+) -> Union[str, Any]:
+    """The rules of both doors (see the module docstring); ``auto()`` builds the strategy for ``"auto"``."""
+    cpu_problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None
+    fsdp1: type = lightning.strategies.FSDPStrategy
+    model_parallel: type = lightning.strategies.ModelParallelStrategy
+    named_fsdp1 = isinstance(strategy, str) and strategy != "auto" and door.is_fsdp1_name(strategy, lightning)
+    if named_fsdp1 or isinstance(strategy, fsdp1):
+        if uses_cpu(accelerator):
+            raise wrong_strategy_error(spec, strategy, door.fsdp1_on_cpu(lightning, accelerator))
+        mixed_precision = getattr(strategy, "mixed_precision", None) if isinstance(strategy, fsdp1) else None
+        if door.refuses_fsdp1_mixed_precision and mixed_precision is not None:
+            raise wrong_strategy_error(
+                spec,
+                strategy,
+                "FSDPStrategy(mixed_precision=...) would replace the plugin's dtypes (Lightning's FSDPStrategy prefers "
+                "it to the plugin's mixed_precision_config). Remove mixed_precision= and choose the dtypes on the "
+                "plugin (its precision, reduce_dtype=...).",
+            )
+        return strategy
+    if strategy == "auto" or isinstance(strategy, model_parallel):
+        if cpu_problem is not None:
+            raise wrong_strategy_error(spec, strategy, door.fsdp2_not_on_cpu(cpu_problem))
+        return auto() if isinstance(strategy, str) else strategy
+    raise wrong_strategy_error(spec, strategy, door.other)
+
+
 def choose_strategy(
     spec: str, lightning: types.ModuleType, strategy: Any, *, accelerator: Any, devices: Any
 ) -> Union[str, Any]:
@@ -56,38 +106,12 @@ def choose_strategy(
         TrainerConfigurationError: the strategy cannot run this plugin; the message says what to pass.
     """
     namespace = lightning.__name__
-    cpu_problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None
-    fsdp1: type = lightning.strategies.FSDPStrategy
-    model_parallel: type = lightning.strategies.ModelParallelStrategy
-    if isinstance(strategy, str):
-        if strategy == "auto":
-            if cpu_problem is not None:
-                raise wrong_strategy_error(spec, strategy, _fsdp2_not_on_this_cpu(cpu_problem))
-            built: type = for_namespace(FSDP2Strategy, namespace) if namespace in NAMESPACES else FSDP2Strategy
-            return built()
-        cls = registered_strategy_class(strategy, namespace)
-        if cls is not None and issubclass(cls, fsdp1):
-            if uses_cpu(accelerator):
-                raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(lightning, accelerator))
-            return strategy
-        raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.")
-    if isinstance(strategy, fsdp1):
-        if uses_cpu(accelerator):
-            raise wrong_strategy_error(spec, strategy, _fsdp1_on_cpu(lightning, accelerator))
-        if getattr(strategy, "mixed_precision", None) is not None:
-            raise wrong_strategy_error(
-                spec,
-                strategy,
-                "FSDPStrategy(mixed_precision=...) would replace the plugin's dtypes (Lightning's FSDPStrategy prefers "
-                "it to the plugin's mixed_precision_config). Remove mixed_precision= and choose the dtypes on the "
-                "plugin (its precision, reduce_dtype=...).",
-            )
-        return strategy
-    if isinstance(strategy, model_parallel):
-        if cpu_problem is not None:
-            raise wrong_strategy_error(spec, strategy, _fsdp2_not_on_this_cpu(cpu_problem))
-        return strategy
-    raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.")
+
+    def auto() -> Any:
+        built: type = for_namespace(FSDP2Strategy, namespace) if namespace in NAMESPACES else FSDP2Strategy
+        return built()
+
+    return _choose(spec, lightning, strategy, accelerator, TRAINER, auto)
 
 
 def choose_fabric_strategy(
@@ -108,26 +132,14 @@ def choose_fabric_strategy(
     Raises:
         TrainerConfigurationError: the strategy cannot run this plugin; the message says what to pass.
     """
-    cpu_problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None
-    fsdp1: type = lightning.strategies.FSDPStrategy
-    model_parallel: type = lightning.strategies.ModelParallelStrategy
-    wants_fsdp1 = (isinstance(strategy, str) and strategy.startswith("fsdp")) or isinstance(strategy, fsdp1)
-    if wants_fsdp1:
-        if uses_cpu(accelerator):
-            raise wrong_strategy_error(
-                spec,
-                strategy,
-                "FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an accelerator for "
-                f"FullyShardedDataParallel). On CPU, use FSDP2: pass {HOW_FABRIC_FSDP2}.",
-            )
-        return strategy
-    if strategy == "auto" or isinstance(strategy, model_parallel):
-        if cpu_problem is not None:
-            raise wrong_strategy_error(spec, strategy, f"FSDP2 cannot run on a CPU with this torch: {cpu_problem}.")
-        if strategy == "auto":
-            return for_namespace(fsdp2_strategy, lightning.__name__)()
-        return strategy
-    raise wrong_strategy_error(spec, strategy, f"Pass {HOW_FABRIC_FSDP2} for FSDP2, or {HOW_FABRIC_FSDP1}.")
+    return _choose(
+        spec, lightning, strategy, accelerator, FABRIC, lambda: for_namespace(fsdp2_strategy, lightning.__name__)()
+    )
+
+
+def _registered_fsdp1(name: str, lightning: types.ModuleType) -> bool:
+    cls = registered_strategy_class(name, lightning.__name__)
+    return cls is not None and issubclass(cls, lightning.strategies.FSDPStrategy)
 
 
 def _fsdp2_not_on_this_cpu(problem: str) -> str:
@@ -148,3 +160,25 @@ def _fsdp1_on_cpu(lightning: types.ModuleType, accelerator: Any) -> str:
         f"{lightnings}{end} FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an "
         f"accelerator for FullyShardedDataParallel). On CPU, use FSDP2: pass {HOW_FSDP2}."
     )
+
+
+TRAINER = DoorChoice(
+    is_fsdp1_name=_registered_fsdp1,
+    fsdp1_on_cpu=_fsdp1_on_cpu,
+    fsdp2_not_on_cpu=_fsdp2_not_on_this_cpu,
+    other=f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.",
+    refuses_fsdp1_mixed_precision=True,
+)
+"""The Trainer door's texts (``strategy="fsdp"``, a registered FSDP1 name, is looked up in Lightning's registry)."""
+
+FABRIC = DoorChoice(
+    is_fsdp1_name=lambda name, lightning: name.startswith("fsdp"),
+    fsdp1_on_cpu=lambda lightning, accelerator: (
+        "FSDPStrategy is FSDP1, which cannot run on CPU (torch needs an accelerator for "
+        f"FullyShardedDataParallel). On CPU, use FSDP2: pass {HOW_FABRIC_FSDP2}."
+    ),
+    fsdp2_not_on_cpu=lambda problem: f"FSDP2 cannot run on a CPU with this torch: {problem}.",
+    other=f"Pass {HOW_FABRIC_FSDP2} for FSDP2, or {HOW_FABRIC_FSDP1}.",
+    refuses_fsdp1_mixed_precision=False,  # Fabric's FSDPStrategy prefers it too (issue 20 names this drift)
+)
+"""The Fabric door's texts, as they were in ``precision_fsdp.fabric``."""

@@ -1,6 +1,6 @@
 """Changing an FSDP2 run's precision between optimizer steps, for :class:`precision_base.PrecisionSchedule`.
 
-The plugin's :meth:`~precision_fsdp.implementation.FSDPPrecisionImpl.switch_precision` sets its own state from
+The plugin's :meth:`~precision_fsdp.switching.SwitchMixin.switch_precision` sets its own state from
 :func:`next_plan` and calls :func:`update_policies`; the schedule asks :func:`problem` first (at ``setup``, before
 any step), so a switch that cannot work fails before training starts. What a switch changes, and what it keeps:
 

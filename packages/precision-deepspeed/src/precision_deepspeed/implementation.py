@@ -302,9 +302,9 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
             scale = _compat.engine_loss_scale(engine)
             if scale is not None:
                 stats["loss_scale"] = scale
-        norm = engine.get_global_grad_norm()
+        norm = _compat.engine_grad_norm(engine)
         if norm is not None:
-            stats["grad_norm"] = float(norm)
+            stats["grad_norm"] = norm
         return stats
 
     # -- precision schedules (precision_base.PrecisionSchedule) --------------------------------------------

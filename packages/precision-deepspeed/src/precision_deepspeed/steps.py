@@ -140,10 +140,11 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
             DeepSpeedOverflowStormError: ``max_skipped_steps`` steps in a row were skipped (an
                 :class:`~precision_base.OverflowStormError`); a ``RuntimeWarning`` comes at half the limit.
         """
-        if not engine.is_gradient_accumulation_boundary():
+        skipped = _compat.engine_step_skipped(engine)
+        if skipped is None:
             return
         scale = _compat.engine_loss_scale(engine) if self.precision in HALF_PRECISIONS else None
-        self._overflow.after_step(not engine.was_step_applied(), scale, self.spec)
+        self._overflow.after_step(skipped, scale, self.spec)
 
     def _count_skipped_optimizer_step(self, optimizer: Any) -> None:
         """Like :meth:`_count_skipped_step`, for DeepSpeed's optimizer stepped on its own (Lightning Fabric steps the

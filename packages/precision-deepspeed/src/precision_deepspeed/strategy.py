@@ -121,7 +121,7 @@ def _check_zero3_parameters(strategy: Any, owner: str, mode: str) -> None:
     """
     module = getattr(strategy, "lightning_module", None)
     wanted = _MODE_DTYPES.get(mode, torch.float32)
-    found = {p.ds_tensor.dtype for p in module.parameters() if hasattr(p, "ds_tensor")} if module is not None else set()
+    found = _compat.zero3_partition_dtypes(module) if module is not None else set()
     wrong = sorted(str(dtype).removeprefix("torch.") for dtype in found if dtype != wanted)
     if wrong:
         raise DeepSpeedConfigConflictError(

@@ -30,12 +30,15 @@ from precision_deepspeed._compat.deepspeed import (
     deepspeed_has_torch_autocast,
     deepspeed_keeps_buffer_dtype,
     deepspeed_version,
+    engine_grad_norm,
     engine_loss_scale,
     engine_skipped_steps,
+    engine_step_skipped,
     forward_with_fp32_parameters,
     is_min_loss_scale_error,
     optimizer_loss_scale,
     optimizer_overflowed,
+    zero3_partition_dtypes,
 )
 from precision_deepspeed._compat.fence import FENCED, Fenced, fenced_problems
 from precision_deepspeed._compat.lightning import (
@@ -81,8 +84,10 @@ __all__ = [
     "deepspeed_has_torch_autocast",
     "deepspeed_keeps_buffer_dtype",
     "deepspeed_version",
+    "engine_grad_norm",
     "engine_loss_scale",
     "engine_skipped_steps",
+    "engine_step_skipped",
     "fenced_problems",
     "forward_with_fp32_parameters",
     "format_config_once",
@@ -104,4 +109,5 @@ __all__ = [
     "strategy_loss_scaling",
     "strategy_registry",
     "trainer_of",
+    "zero3_partition_dtypes",
 ]

@@ -100,6 +100,27 @@ def engine_skipped_steps(engine: Any) -> int:
     return int(getattr(engine, "skipped_steps", 0))
 
 
+def engine_step_skipped(engine: Any) -> Optional[bool]:
+    """After ``engine.step()``: whether DeepSpeed skipped the optimizer step for non-finite gradients
+    (``not engine.was_step_applied()``); ``None`` off a gradient-accumulation boundary, where no optimizer step
+    ran (``engine.is_gradient_accumulation_boundary()``)."""
+    if not engine.is_gradient_accumulation_boundary():
+        return None
+    return not engine.was_step_applied()
+
+
+def engine_grad_norm(engine: Any) -> Optional[float]:
+    """The global gradient norm the engine computed at its last step (``engine.get_global_grad_norm()``), if any."""
+    norm = engine.get_global_grad_norm()
+    return None if norm is None else float(norm)
+
+
+def zero3_partition_dtypes(module: Any) -> set[Any]:
+    """The dtypes of the ZeRO-3 partitions (each parameter's ``ds_tensor``, set by ``deepspeed.zero.Init``) of
+    ``module``'s parameters; empty when none is partitioned."""
+    return {p.ds_tensor.dtype for p in module.parameters() if hasattr(p, "ds_tensor")}
+
+
 def optimizer_loss_scale(optimizer: Any) -> Optional[float]:
     """The loss scale DeepSpeed's own optimizer (ZeRO, fp16) applies: its torch_autocast ``GradScaler``'s where it
     has one, else its loss scaler's (``loss_scale_config.cur_scale``, or ``cur_scale`` in older releases)."""

@@ -6,8 +6,20 @@ milliseconds and fails with one line naming the symbol that moved. Each entry is
 
 from __future__ import annotations
 
+from typing import Optional
+
 from precision_base.fence import Fenced
 from precision_base.fence import fenced_problems as _fenced_problems
+
+
+def _zero3_sets_ds_tensor() -> Optional[str]:
+    """ZeRO-3's ``deepspeed.zero.Init`` still stores each parameter's partition as ``param.ds_tensor``."""
+    import inspect
+
+    from deepspeed.runtime.zero import partition_parameters
+
+    return None if ".ds_tensor = " in inspect.getsource(partition_parameters) else "no longer sets param.ds_tensor"
+
 
 _LDS = "lightning.pytorch.strategies.deepspeed"
 _LDP = "lightning.pytorch.plugins.precision.deepspeed"
@@ -139,6 +151,12 @@ FENCED: tuple[Fenced, ...] = (
         optional=True,
     ),
     Fenced("deepspeed.runtime.engine", "DeepSpeedEngine.get_global_grad_norm", ("self",), "precision_stats"),
+    Fenced(
+        "deepspeed.runtime.zero.partition_parameters",
+        "param.ds_tensor",
+        why="refuse ZeRO-3 parameters partitioned in another dtype (zero3_partition_dtypes)",
+        check=_zero3_sets_ds_tensor,
+    ),
     Fenced("deepspeed.ops.op_builder.builder", "OpBuilder._loaded_ops", None, "CPU op build notice: loaded already"),
     Fenced("deepspeed.ops", "__compatible_ops__", None, "CPU op build notice: DeepSpeed builds only compatible ops"),
     Fenced("deepspeed.git_version_info", "installed_ops", None, "CPU op build notice: ops installed prebuilt"),

@@ -131,7 +131,7 @@ def fits(args: dict[str, Any]) -> dict[str, Any] | None:
 
 
 DOCS_JSON = "docs/audit.json"
-"""What the docs page "Precision audit" shows (``gen:audit`` in ``tools/docs_hooks.py``), written by this file's
+"""What the docs page "Precision audit" shows (the cog blocks of ``tools/docgen/audit.py``), written by this file's
 ``main``: ``python tests-integration/_audit_runs.py`` (from the repository root) runs the fits and rewrites it."""
 
 

@@ -4,7 +4,7 @@ A case is an architecture trained under one plugin spec, through one door (``tra
 plugin's default strategy or the user's own, with or without the whole lifecycle (see ``_zoo_run.py``). Each case
 runs in one 2-process launch; its record is written to ``<results>/<case id>.json``, and
 ``python tests-integration/zoo/zoo_cases.py merge <results> docs/zoo.json`` gathers them for the docs table
-(``<!-- gen:zoo -->`` in docs/zoo.md, filled by tools/docs_hooks.py).
+(the cog block in docs/zoo.md, filled by tools/docgen/zoo.py).
 
 Precisions: every precision the backend lists (``precision-plugins list``) that runs on a CPU here: FSDP2 32-true,
 bf16-true, bf16-mixed, 16-mixed, 16-true; DeepSpeed 32-true, bf16-true, bf16-mixed and 16-mixed / 16-true, whose

@@ -56,13 +56,21 @@ def test_auto_builds_each_doors_fsdp2_strategy_and_model_parallel_is_kept() -> N
     assert _fabric(kept) is kept
 
 
-def test_fsdp1_mixed_precision_refused_by_the_trainer_door_only() -> None:
-    """Both Lightning FSDPStrategy classes prefer their own mixed_precision to the plugin's; the Trainer door refuses
-    it, the Fabric door keeps what it did before the choice moved here (issue 20 names the difference)."""
+def test_fsdp1_mixed_precision_refused_at_both_doors_each_in_its_own_terms() -> None:
+    """Both Lightning FSDPStrategy classes prefer their own mixed_precision to the plugin's: both doors refuse it (the
+    Fabric door kept it until issue 20's drift was fixed), the Fabric door naming Fabric's FSDPStrategy."""
     from torch.distributed.fsdp import MixedPrecision
 
-    with pytest.raises(TrainerConfigurationError, match=r"FSDPStrategy\(mixed_precision=\.\.\.\) would replace"):
+    with pytest.raises(
+        TrainerConfigurationError, match=r"FSDPStrategy\(mixed_precision=\.\.\.\) would replace"
+    ) as info:
         _trainer(pl.strategies.FSDPStrategy(mixed_precision=MixedPrecision()), accelerator="cuda")
-    strategy = lf.strategies.FSDPStrategy(mixed_precision=MixedPrecision())
-    assert _fabric(strategy, accelerator="cuda") is strategy
-    assert selection.FABRIC.refuses_fsdp1_mixed_precision is False
+    assert selection.TRAINER.fsdp1_mixed_precision in str(info.value)
+    with pytest.raises(TrainerConfigurationError) as info:
+        _fabric(lf.strategies.FSDPStrategy(mixed_precision=MixedPrecision()), accelerator="cuda")
+    assert selection.FABRIC.fsdp1_mixed_precision in str(info.value)
+    assert str(info.value).count("lightning.fabric.strategies.FSDPStrategy(mixed_precision=...) would replace") == 1
+    assert "(Fabric's FSDPStrategy prefers it to the plugin's mixed_precision_config)" in str(info.value)
+    assert "Lightning's FSDPStrategy" not in str(info.value)
+    kept = lf.strategies.FSDPStrategy()
+    assert _fabric(kept, accelerator="cuda") is kept

@@ -44,7 +44,8 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
     def configure_strategy(self, strategy: Any, *, accelerator: Any, devices: Any) -> Any:
         """The Fabric strategy to use: ``"auto"`` -> :class:`FSDP2Strategy` (FSDP2 over all processes, sharded by
         the plugin); any ``ModelParallelStrategy`` is kept; ``"fsdp"``/``FSDPStrategy`` (FSDP1) is kept off CPU and
-        refused on CPU; anything else raises :class:`~precision_base.TrainerConfigurationError` naming what to pass.
+        refused on CPU, and refused with its own ``mixed_precision=``; anything else raises
+        :class:`~precision_base.TrainerConfigurationError` naming what to pass.
         See :func:`precision_fsdp.selection.choose_fabric_strategy`.
         """
         return choose_fabric_strategy(

@@ -52,14 +52,15 @@ class DoorChoice:
         fsdp1_on_cpu: ``(Lightning namespace root, accelerator) -> text`` refusing FSDP1 on CPU.
         fsdp2_not_on_cpu: ``(the torch problem) -> text`` refusing FSDP2 on a CPU this torch cannot run it on.
         other: the text refusing any other strategy.
-        refuses_fsdp1_mixed_precision: refuse an ``FSDPStrategy(mixed_precision=...)`` instance.
+        fsdp1_mixed_precision: the text refusing an ``FSDPStrategy(mixed_precision=...)`` instance (both doors'
+            ``FSDPStrategy`` prefer it to the plugin's ``mixed_precision_config``).
     """
 
     is_fsdp1_name: Callable[[str, types.ModuleType], bool]
     fsdp1_on_cpu: Callable[[types.ModuleType, Any], str]
     fsdp2_not_on_cpu: Callable[[str], str]
     other: str
-    refuses_fsdp1_mixed_precision: bool
+    fsdp1_mixed_precision: str
 
 
 def _choose(
@@ -74,14 +75,8 @@ def _choose(
         if uses_cpu(accelerator):
             raise wrong_strategy_error(spec, strategy, door.fsdp1_on_cpu(lightning, accelerator))
         mixed_precision = getattr(strategy, "mixed_precision", None) if isinstance(strategy, fsdp1) else None
-        if door.refuses_fsdp1_mixed_precision and mixed_precision is not None:
-            raise wrong_strategy_error(
-                spec,
-                strategy,
-                "FSDPStrategy(mixed_precision=...) would replace the plugin's dtypes (Lightning's FSDPStrategy prefers "
-                "it to the plugin's mixed_precision_config). Remove mixed_precision= and choose the dtypes on the "
-                "plugin (its precision, reduce_dtype=...).",
-            )
+        if mixed_precision is not None:
+            raise wrong_strategy_error(spec, strategy, door.fsdp1_mixed_precision)
         return strategy
     if strategy == "auto" or isinstance(strategy, model_parallel):
         if cpu_problem is not None:
@@ -120,7 +115,8 @@ def choose_fabric_strategy(
     """Check ``strategy`` for the Fabric FSDP plugin ``spec`` and return the one Fabric should use: ``"auto"`` ->
     ``fsdp2_strategy`` (Fabric's :class:`~precision_fsdp.fabric.FSDP2Strategy`, built for the namespace: FSDP2 over
     all processes, sharded by the plugin); any ``ModelParallelStrategy`` is kept; ``"fsdp"``/``FSDPStrategy``
-    (FSDP1) is kept off CPU and refused on CPU.
+    (FSDP1) is kept off CPU and refused on CPU; an ``FSDPStrategy(mixed_precision=...)`` is refused, as at the
+    Trainer door.
 
     Args:
         spec: the plugin's name, e.g. ``"fsdp:bf16-mixed"``.
@@ -167,7 +163,11 @@ TRAINER = DoorChoice(
     fsdp1_on_cpu=_fsdp1_on_cpu,
     fsdp2_not_on_cpu=_fsdp2_not_on_this_cpu,
     other=f"Pass {HOW_FSDP2} for FSDP2, or {HOW_FSDP1} for FSDP1.",
-    refuses_fsdp1_mixed_precision=True,
+    fsdp1_mixed_precision=(
+        "FSDPStrategy(mixed_precision=...) would replace the plugin's dtypes (Lightning's FSDPStrategy prefers "
+        "it to the plugin's mixed_precision_config). Remove mixed_precision= and choose the dtypes on the "
+        "plugin (its precision, reduce_dtype=...)."
+    ),
 )
 """The Trainer door's texts (``strategy="fsdp"``, a registered FSDP1 name, is looked up in Lightning's registry)."""
 
@@ -179,6 +179,10 @@ FABRIC = DoorChoice(
     ),
     fsdp2_not_on_cpu=lambda problem: f"FSDP2 cannot run on a CPU with this torch: {problem}.",
     other=f"Pass {HOW_FABRIC_FSDP2} for FSDP2, or {HOW_FABRIC_FSDP1}.",
-    refuses_fsdp1_mixed_precision=False,  # Fabric's FSDPStrategy prefers it too (issue 20 names this drift)
+    fsdp1_mixed_precision=(
+        "lightning.fabric.strategies.FSDPStrategy(mixed_precision=...) would replace the plugin's dtypes (Fabric's "
+        "FSDPStrategy prefers it to the plugin's mixed_precision_config). Remove mixed_precision= and choose the "
+        "dtypes on the plugin (its precision, reduce_dtype=...)."
+    ),
 )
 """The Fabric door's texts, as they were in ``precision_fsdp.fabric``."""

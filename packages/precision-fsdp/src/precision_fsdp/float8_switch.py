@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from precision_fsdp import _compat, _compat_float8_switch, float8
+from precision_fsdp import _compat, float8
 
 
 def problem(current: str, precision: str) -> Optional[str]:
@@ -49,8 +49,8 @@ def restore_linears(model: torch.nn.Module) -> list[str]:
     wrapped = _wrapped(model)
     for module in model.modules():
         if isinstance(module, _compat.FSDPModule):
-            for fsdp_param in _compat_float8_switch.fsdp_params(module):
-                _compat_float8_switch.unwrap_fsdp_param(fsdp_param)
+            for fsdp_param in _compat.fsdp_params(module):
+                _compat.unwrap_fsdp_param(fsdp_param)
     left = _wrapped(model)
     if left:
         raise RuntimeError(
@@ -58,20 +58,16 @@ def restore_linears(model: torch.nn.Module) -> list[str]:
             "from fp8 works on FSDP2-sharded models only (shard the whole model, e.g. strategy='auto')"
         )
     changed = {name.rpartition(".")[0] for name in wrapped}
-    float8_linear = _compat_float8_switch.float8_linear_class()
+    float8_linear = _compat.float8_linear_class()
     if float8_linear is not None:
         for name, module in model.named_modules():
             if isinstance(module, float8_linear):
-                module.__class__ = _compat_float8_switch.plain_class(module, float8_linear, torch.nn.Linear)
-                for attr in _compat_float8_switch.FLOAT8_LINEAR_ATTRS:
+                module.__class__ = _compat.plain_class(module, float8_linear, torch.nn.Linear)
+                for attr in _compat.FLOAT8_LINEAR_ATTRS:
                     module.__dict__.pop(attr, None)
                 changed.add(name)
     return sorted(changed)
 
 
 def _wrapped(model: torch.nn.Module) -> list[str]:
-    return [
-        name
-        for name, p in model.named_parameters()
-        if _compat_float8_switch.wrapped_inner(_compat_float8_switch.local_tensor(p)) is not None
-    ]
+    return [name for name, p in model.named_parameters() if _compat.wrapped_inner(_compat.local_tensor(p)) is not None]

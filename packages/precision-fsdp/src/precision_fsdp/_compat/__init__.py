@@ -8,6 +8,8 @@ touch:
 * :mod:`~precision_fsdp._compat.torch_fsdp`: where FSDP2 and DTensor live per torch version, FSDP2 on CPU, the
   FSDP1 scaler, a DTensor's local tensor, FSDP2's mixed-precision policy after ``fully_shard``;
 * :mod:`~precision_fsdp._compat.torchao`: which of torchao's training API paths the installed torchao has;
+* :mod:`~precision_fsdp._compat.float8_switch`: torchao's weight wrappers, ``Float8Linear`` and FSDP2's
+  ``FSDPParam`` as switching a sharded model away from fp8 undoes torchao's conversion;
 * :mod:`~precision_fsdp._compat.lightning`: Lightning's private attributes and functions the plugin reads, sets or
   routes (input dtype, mesh sizes, ``configure_model`` detection, ``ThroughputMonitor``, the FSDP1-on-CPU check).
 
@@ -23,8 +25,17 @@ from __future__ import annotations
 from typing import Final
 
 from precision_base.fence import Fenced
+from precision_fsdp._compat import float8_switch as _float8_switch
 from precision_fsdp._compat import lightning as _lightning
 from precision_fsdp._compat import torch_fsdp as _torch_fsdp
+from precision_fsdp._compat.float8_switch import (
+    FLOAT8_LINEAR_ATTRS,
+    float8_linear_class,
+    fsdp_params,
+    plain_class,
+    unwrap_fsdp_param,
+    wrapped_inner,
+)
 from precision_fsdp._compat.lightning import (
     FSDP_ON_CPU_CHECK,
     INPUT_DTYPE_ATTR,
@@ -65,12 +76,13 @@ from precision_fsdp._compat.torchao import (
     weight_wrapper_float8_gaps,
 )
 
-FENCED: Final[tuple[Fenced, ...]] = (*_torch_fsdp.FENCED, *_lightning.FENCED)
+FENCED: Final[tuple[Fenced, ...]] = (*_torch_fsdp.FENCED, *_lightning.FENCED, *_float8_switch.FENCED)
 """Every fenced symbol, checked by ``tests/test_compat.py``."""
 
 __all__ = [
     "DTENSOR_MODULE",
     "FENCED",
+    "FLOAT8_LINEAR_ATTRS",
     "FSDP2_MODULE",
     "FSDP2_POLICY_ATTRS",
     "FSDP_ON_CPU_CHECK",
@@ -89,12 +101,15 @@ __all__ = [
     "MixedPrecision",
     "MixedPrecisionPolicy",
     "configure_model_counted_as_overridden",
+    "float8_linear_class",
     "fsdp2_cpu_problem",
     "fsdp2_policy",
+    "fsdp_params",
     "fully_shard",
     "lightning_fsdp_on_cpu_message",
     "local_tensor",
     "mesh_sizes",
+    "plain_class",
     "policy_reduce_dtype",
     "route_throughput_compute_dtype",
     "scaler_device",
@@ -103,5 +118,7 @@ __all__ = [
     "set_lightning_input_dtype",
     "sharded_grad_scaler_class",
     "torchao_training_paths",
+    "unwrap_fsdp_param",
     "weight_wrapper_float8_gaps",
+    "wrapped_inner",
 ]

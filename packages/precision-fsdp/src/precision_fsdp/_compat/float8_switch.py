@@ -1,7 +1,9 @@
-"""The fence for switching a sharded model away from torchao's float8 training (:mod:`precision_fsdp.float8_switch`).
+"""The fence, float8-switch part: switching a sharded model away from torchao's float8 training
+(:mod:`precision_fsdp.float8_switch`).
 
 Every private torch / torchao attribute that undoing torchao's conversion on an FSDP2-sharded model touches, one
-small function each; ``FENCED`` lists the checks (``tests/test_compat_float8_switch.py`` walks them):
+small function each. See :mod:`precision_fsdp._compat` for the rules; :data:`FENCED` lists this module's entries
+(part of the package's ``FENCED``, checked by ``tests/test_compat.py``):
 
 * torchao's weight wrappers keep the float32 weight as an attribute: ``WeightWithDynamicFloat8CastTensor._tensor``
   (``torchao.float8``, the module swap's float8 all-gather) and ``TrainingWeightWrapperBaseTensor._data``
@@ -24,6 +26,7 @@ from typing import Any, Final, Optional
 import torch
 
 from precision_base.fence import Fenced
+from precision_fsdp._compat.torch_fsdp import local_tensor
 
 _INNER: Final[tuple[tuple[str, str, str], ...]] = (
     ("torchao.float8.fsdp_utils", "WeightWithDynamicFloat8CastTensor", "_tensor"),
@@ -78,11 +81,6 @@ def sharded_param(fsdp_param: Any) -> torch.nn.Parameter:
     """The sharded DTensor ``Parameter`` of ``fsdp_param`` (the object the module and the optimizer hold)."""
     param: torch.nn.Parameter = fsdp_param.sharded_param
     return param
-
-
-def local_tensor(param: torch.Tensor) -> torch.Tensor:
-    """The local shard of a DTensor ``param`` (the tensor itself when it is none)."""
-    return getattr(param, "_local_tensor", param)
 
 
 def unwrap_fsdp_param(fsdp_param: Any) -> bool:
@@ -191,4 +189,17 @@ FENCED: Final[tuple[Fenced, ...]] = (
         check=_check_fsdp2_param,
     ),
 )
-"""Every symbol fenced here (``precision_base.fence.Fenced``), checked by ``tests/test_compat_float8_switch.py``."""
+"""Every symbol fenced here (``precision_base.fence.Fenced``), checked by ``tests/test_compat.py``."""
+
+__all__ = [
+    "FENCED",
+    "FLOAT8_LINEAR",
+    "FLOAT8_LINEAR_ATTRS",
+    "FSDP2_PARAM_ATTRS",
+    "float8_linear_class",
+    "fsdp_params",
+    "plain_class",
+    "sharded_param",
+    "unwrap_fsdp_param",
+    "wrapped_inner",
+]

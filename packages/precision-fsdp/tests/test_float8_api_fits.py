@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(fsdp2_cpu_problem() is not None, reason=f"FSDP2 on CPU: {fsdp2_cpu_problem()}"),
     pytest.mark.skipif(
-        _compat.WEIGHT_WRAPPER not in _compat.torchao_training_paths(), reason="torchao has no MXFP8 training (< 0.18)"
+        _compat.WEIGHT_WRAPPER not in _compat.torchao_training_paths(), reason="torchao has no MXFP8 training (< 0.17)"
     ),
     pytest.mark.skipif(not RUNS.exists(), reason=f"needs the checkout's {RUNS}"),
 ]

@@ -18,18 +18,19 @@ precisions are refused, unless ``fp8_emulate=True`` asks for torchao's emulation
 code path in higher precision, slowly, and is meant for CPU tests, not for training.
 
 ``mxfp8-rceil`` is torchao's MXFP8 recipe (float8 e4m3 with one power-of-two e8m0 scale per 32 elements, scales
-rounded up: torchao's ``MXFP8TrainingRecipe.MXFP8_RCEIL``). Only bias-free Linear layers are converted: torchao 0.18's
-``MXFP8TrainingWeightWrapperTensor`` computes ``linear`` without its bias argument (measured: a bias of 100 vanished
-from the output and got no gradient). It exists only on torchao's weight-wrapper API
+rounded up: torchao's ``MXFP8TrainingRecipe.MXFP8_RCEIL``). Only bias-free Linear layers are converted: torchao's
+``MXFP8TrainingWeightWrapperTensor`` (0.17, 0.18) computes ``linear`` without its bias argument (measured: a bias of
+100 vanished from the output and got no gradient). It exists only on torchao's weight-wrapper API
 (``quantize_`` with ``MXFP8TrainingOpConfig``), needs compute capability 10.0 (Blackwell) and both Linear dimensions
 and the number of tokens per step multiples of 32; ``fp8_emulate=True`` runs torchao's emulated MXFP8 recipe
 (``MXFP8_EMULATED_RCEIL``, pure PyTorch), which trains on CPU. Its weights are all-gathered in bfloat16.
 
 Which torchao API path a recipe takes (:func:`api_path`) is decided from what the installed torchao does
 (``_compat.torchao_training_paths`` and ``_compat.weight_wrapper_float8_gaps``): the weight wrapper where it covers
-the recipe, else the module swap. With torchao 0.18 the fp8 recipes stay on the module swap: the weight wrapper's
-``Float8TrainingOpConfig`` has no ``emulate`` switch, and its weights are all-gathered in the policy's param dtype
-(``fsdp_pre_all_gather`` casts to ``mp_policy.param_dtype``), so tensorwise would lose float8 all-gather.
+the recipe, else the module swap. With torchao 0.17 and 0.18 the fp8 recipes stay on the module swap: the weight
+wrapper's ``Float8TrainingOpConfig`` has no ``emulate`` switch (0.17's takes no dense recipe at all), and its weights
+are all-gathered in the policy's param dtype (``fsdp_pre_all_gather`` casts to ``mp_policy.param_dtype``), so
+tensorwise would lose float8 all-gather.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def api_path(spec: str, precision: str) -> str:
         if _compat.WEIGHT_WRAPPER not in paths:
             raise Float8UnavailableError(
                 f"{spec} needs torchao's MXFP8 training ({_compat.TORCHAO_WEIGHT_WRAPPER_CONFIG_MODULE}."
-                f"MXFP8TrainingOpConfig, torchao 0.18 or newer), which the installed torchao does not have: "
+                f"MXFP8TrainingOpConfig, torchao 0.17 or newer), which the installed torchao does not have: "
                 f"{install_hint()}. Use 'fsdp:fp8-rowwise' or 'fsdp:bf16-mixed' here."
             )
         return _compat.WEIGHT_WRAPPER

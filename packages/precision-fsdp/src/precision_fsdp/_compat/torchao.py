@@ -16,7 +16,7 @@ from precision_fsdp._compat.torch_fsdp import MixedPrecisionPolicy
 # torchao has two ways to train in low precision. The module swap (``torchao.float8.convert_to_float8_training`` with
 # ``Float8LinearConfig``) replaces Linear layers by ``Float8Linear``; the weight wrapper
 # (``torchao.quantization.quantize_`` with ``Float8TrainingOpConfig`` / ``MXFP8TrainingOpConfig`` from
-# ``torchao.prototype.moe_training.config``, torchao 0.18) swaps each weight's data for a tensor subclass that reroutes
+# ``torchao.prototype.moe_training.config``, torchao 0.17+) swaps each weight's data for a tensor subclass that reroutes
 # ``linear``/``mm``. MXFP8 training exists only on the weight wrapper. Which one an fp8 recipe takes is decided in
 # ``precision_fsdp.float8`` from the answers below, which probe what the installed torchao does (never its version
 # number).

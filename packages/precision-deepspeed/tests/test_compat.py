@@ -6,6 +6,8 @@ instead of as a broken training run.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -18,6 +20,38 @@ from precision_deepspeed import DeepSpeedPrecision, _compat
 def test_fenced_symbol_exists_with_expected_signature(entry: _compat.Fenced) -> None:
     problem = entry.problem()
     assert problem is None, problem
+
+
+PACKAGE = Path(_compat.__file__).parent.parent  # _compat is a package inside precision_deepspeed
+_OTHERS = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed")
+
+
+def _private_uses(path: Path) -> list[str]:
+    """``x._name`` on anything but ``self``/``cls``/``_compat`` (``super()._name`` included), and imports from
+    private torch/Lightning/DeepSpeed modules; the package's own markers on other objects (``_precision*``) are
+    allowed."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            ours = isinstance(owner, ast.Name) and owner.id in ("self", "cls", "_compat")
+            if not ours and not node.attr.startswith("_precision"):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module is not None
+            and node.module.split(".")[0] in _OTHERS
+            and any(part.startswith("_") for part in node.module.split("."))
+        ):
+            found.append(f"{path.name}:{node.lineno} from {node.module}")
+    return found
+
+
+def test_no_private_symbol_outside_the_fence() -> None:
+    outside = [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] != "_compat"]
+    assert len(outside) > 10, f"modules not found under {PACKAGE}"
+    uses = [use for path in outside for use in _private_uses(path)]
+    assert uses == [], "private Lightning/torch/DeepSpeed symbols must go through precision_deepspeed._compat"
 
 
 def test_a_moved_symbol_is_reported_in_one_line_naming_it() -> None:

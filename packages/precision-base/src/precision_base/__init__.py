@@ -1,12 +1,18 @@
 """precision-base: the shared contract, discovery by name and the Trainer and Fabric front doors for precision plugins.
 
-``import precision_base`` imports neither torch nor Lightning nor DeepSpeed. :class:`Trainer` (which needs
-Lightning), :class:`PrecisionPluginTrainerMixin` and :func:`prepare_trainer_kwargs` are imported on first access;
-so are :class:`Fabric`, :class:`PrecisionPluginFabricMixin`, :func:`prepare_fabric_kwargs` and
-:func:`resolve_fabric` (see :mod:`precision_base.fabric`), :class:`PrecisionMonitor` (a callback logging the
-plugin's loss scale and skipped steps), and :class:`PrecisionAudit` / :func:`audit_fabric_steps` (the runtime
-precision audit, :mod:`precision_base.audit`), and :class:`PrecisionSchedule` / :class:`PrecisionScheduleError`
-(precision that changes during a run, :mod:`precision_base.schedule`).
+``import precision_base`` imports neither torch nor Lightning nor DeepSpeed. [`Trainer`][precision_base.Trainer] (which
+needs
+Lightning), [`PrecisionPluginTrainerMixin`][precision_base.PrecisionPluginTrainerMixin] and
+[`prepare_trainer_kwargs`][precision_base.prepare_trainer_kwargs] are imported on first access;
+so are [`Fabric`][precision_base.Fabric], [`PrecisionPluginFabricMixin`][precision_base.PrecisionPluginFabricMixin],
+[`prepare_fabric_kwargs`][precision_base.prepare_fabric_kwargs] and
+[`resolve_fabric`][precision_base.resolve_fabric] (see [`precision_base.fabric`][]),
+[`PrecisionMonitor`][precision_base.PrecisionMonitor] (a callback logging the
+plugin's loss scale and skipped steps), and [`PrecisionAudit`][precision_base.PrecisionAudit] /
+[`audit_fabric_steps`][precision_base.audit_fabric_steps] (the runtime
+precision audit, [`precision_base.audit`][]), and [`PrecisionSchedule`][precision_base.PrecisionSchedule] /
+[`PrecisionScheduleError`][precision_base.PrecisionScheduleError]
+(precision that changes during a run, [`precision_base.schedule`][]).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def parse_env_variables(namespace: str, cls: type) -> Namespace:
 
 
 def torch_dispatch_mode() -> type:
-    """torch's base class of Python dispatch modes, for the audit's float8 watch (:mod:`precision_base.audit`).
+    """torch's base class of Python dispatch modes, for the audit's float8 watch ([`precision_base.audit`][]).
 
     Private in torch: ``torch.utils._python_dispatch.TorchDispatchMode`` (public in spirit: its docs teach subclassing
     it; ``__torch_dispatch__(func, types, args, kwargs)`` sees every aten op below autograd while it is entered).
@@ -67,7 +67,7 @@ def caller_frames(skip: int, limit: int) -> list[tuple[str, str]]:
     the caller of this function (``skip=0``: that caller itself), innermost first.
 
     Private in CPython: ``sys._getframe`` (implementation-specific; where it is missing, or the stack is shorter
-    than ``skip``, the answer is ``[]``). Used by :func:`precision_base.doors.check_caller` to tell which door's
+    than ``skip``, the answer is ``[]``). Used by [`precision_base.doors.check_caller`][] to tell which door's
     Lightning code calls into a plugin.
     """
     import sys

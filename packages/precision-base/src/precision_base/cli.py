@@ -1,10 +1,10 @@
 """The ``precision-plugins`` command: ``list``, ``show <spec>``, ``doctor`` and ``audit SCRIPT [ARGS]``.
 
 ``list`` runs each enabled plugin's info module only (no plugin class, no torch; see
-:mod:`precision_base.registry`). ``show`` and ``doctor`` import the plugins they inspect.
+[`precision_base.registry`][]). ``show`` and ``doctor`` import the plugins they inspect.
 
 ``recommend`` prints the plugin name to train with on this machine, one line of reason per choice, the other names
-that run here and those ruled out (:mod:`precision_base.recommend`); it exits 1 when no installed backend can train.
+that run here and those ruled out ([`precision_base.recommend`][]); it exits 1 when no installed backend can train.
 
 Exit codes: 0 when every plugin is ``ok`` or ``disabled``; 1 when ``list`` or ``doctor`` finds a plugin in any
 other status (``doctor`` also for a name in ``PRECISION_PLUGINS_DISABLE`` that matches no backend, and for an info
@@ -181,7 +181,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    """Print the plugin name :func:`precision_base.recommend.recommend` suggests for this machine (exit 1: none)."""
+    """Print the plugin name [`precision_base.recommend.recommend`][] suggests for this machine (exit 1: none)."""
     from precision_base.recommend import read_machine, recommend
 
     result = recommend(read_machine())

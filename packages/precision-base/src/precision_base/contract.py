@@ -2,14 +2,18 @@
 
 A plugin distribution publishes two things:
 
-* a :class:`PluginInfo` object, the value of its entry point in the ``precision_base.plugins`` group. It is
+* a [`PluginInfo`][precision_base.contract.PluginInfo] object, the value of its entry point in the
+  ``precision_base.plugins`` group. It is
   plain data, cheap to import (no torch, Lightning or DeepSpeed), so that listing plugins stays fast;
 * a plugin class, named by ``PluginInfo.plugin_class``, that derives from both a Lightning
-  ``lightning.pytorch.plugins.precision.Precision`` and :class:`PrecisionPlugin` below. Its constructor takes
+  ``lightning.pytorch.plugins.precision.Precision`` and [`PrecisionPlugin`][precision_base.contract.PrecisionPlugin]
+  below. Its constructor takes
   the canonical precision as first argument, and any further options by keyword.
 
-The contract carries a version (:data:`CONTRACT_VERSION`). A plugin whose info declares another major
-version is refused with :class:`~precision_base.errors.ContractVersionError` before its code is imported.
+The contract carries a version ([`CONTRACT_VERSION`][precision_base.contract.CONTRACT_VERSION]). A plugin whose info
+declares another major
+version is refused with [`ContractVersionError`][precision_base.errors.ContractVersionError] before its code is
+imported.
 """
 
 from __future__ import annotations
@@ -46,15 +50,17 @@ class PluginInfo:
         strategy: a human-readable name of the Lightning strategy the plugin pairs with.
         requires: PEP 508 requirement strings checked before the plugin's code is imported,
             e.g. ``("deepspeed>=0.14",)``.
-        contract_version: the :data:`CONTRACT_VERSION` the plugin was built for.
+        contract_version: the [`CONTRACT_VERSION`][precision_base.contract.CONTRACT_VERSION] the plugin was built for.
         summary: one line for ``precision-plugins list``.
         extra_precisions: optional precisions beyond Lightning's five, each named by
-            :data:`~precision_base.spec.EXTRA_PRECISION_RULE` (e.g. ``"fp8-tensorwise"``), as ``(name, base)`` pairs:
+            [`EXTRA_PRECISION_RULE`][precision_base.spec.EXTRA_PRECISION_RULE] (e.g. ``"fp8-tensorwise"``), as ``(name,
+            base)`` pairs:
             ``base`` is the one of the five it behaves like outside its own feature (e.g. ``"bf16-mixed"``), which
             tools use for the dtypes of everything the extra precision does not change. ``()`` (the default) for
             plugins with none; old plugins are unaffected.
         fabric_class: optional ``"module:QualName"`` of the plugin's class for ``lightning.fabric.Fabric`` (derived
-            from a ``lightning.fabric.plugins.precision`` class and :class:`PrecisionPlugin`); ``""`` (the default)
+            from a ``lightning.fabric.plugins.precision`` class and
+            [`PrecisionPlugin`][precision_base.contract.PrecisionPlugin]); ``""`` (the default)
             means the plugin offers no Fabric class, which Fabric doors say when asked for it.
         precision_extras: optional ``(precision, extra)`` pairs: the extra precision ``precision`` needs the
             distribution's optional extra ``extra`` (``pip install "<distribution>[<extra>]"``). The registry checks
@@ -193,7 +199,8 @@ def _device_of(model: Any) -> Any:
 
 
 class _LightningRoot:
-    """Descriptor behind :attr:`PrecisionPlugin.lightning`: works on the class and on instances."""
+    """Descriptor behind [`PrecisionPlugin.lightning`][precision_base.contract.PrecisionPlugin.lightning]: works on the
+    class and on instances."""
 
     def __get__(self, instance: object, owner: type) -> ModuleType:
         from precision_base.namespaces import lightning_root, namespace_of
@@ -210,18 +217,21 @@ class _LightningRoot:
 class PrecisionPlugin:
     """Mixin every plugin class inherits next to Lightning's ``Precision``.
 
-    Class attributes ``backend`` and ``precisions`` must match the plugin's :class:`PluginInfo`; the
+    Class attributes ``backend`` and ``precisions`` must match the plugin's
+    [`PluginInfo`][precision_base.contract.PluginInfo]; the
     conformance kit checks that they do.
 
     A plugin package writes all its code in an implementation mixin deriving from this class only (it reaches
-    Lightning's methods through ``super()`` and namespace-specific classes through :attr:`lightning`), and a
+    Lightning's methods through ``super()`` and namespace-specific classes through
+    [`lightning`][precision_base.contract.PrecisionPlugin.lightning]), and a
     concrete class that only lists bases: ``class FSDPPrecision(FSDPPrecisionImpl, lightning.pytorch.plugins.
-    precision.FSDPPrecision)``. :func:`precision_base.namespaces.for_namespace` then builds the same class for
+    precision.FSDPPrecision)``. [`precision_base.namespaces.for_namespace`][] then builds the same class for
     ``pytorch_lightning``.
 
     Attributes:
         lightning_precision_error: optional ``str.format`` template of the message Lightning's own plugin raises for
-            an unsupported precision (fields ``precision`` and ``supported``); :meth:`canonical_precision` puts it
+            an unsupported precision (fields ``precision`` and ``supported``);
+            [`canonical_precision`][precision_base.contract.PrecisionPlugin.canonical_precision] puts it
             first, verbatim, before its own guidance.
     """
 
@@ -250,11 +260,11 @@ class PrecisionPlugin:
     @classmethod
     def canonical_precision(cls, precision: object) -> str:
         """The canonical name of ``precision`` (Lightning's aliases ``"bf16"``, ``"16"``, ``"32"``, ``16``, ``32``
-        included), checked against :attr:`precisions`. Plugins call it first thing in ``__init__``.
+        included), checked against `precisions`. Plugins call it first thing in ``__init__``.
 
         Raises:
             UnsupportedPrecisionError: (a ``ValueError``) ``precision`` is not a precision, or not one this class
-                offers; the message names the class and lists :attr:`precisions`.
+                offers; the message names the class and lists `precisions`.
         """
         if isinstance(precision, str) and precision in dict(cls.extra_precisions):
             return precision
@@ -316,10 +326,10 @@ class PrecisionPlugin:
         return {}
 
     def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
-        """Numbers about the numerics of training so far, for :class:`precision_base.PrecisionMonitor` to log.
+        """Numbers about the numerics of training so far, for [`precision_base.PrecisionMonitor`][] to log.
 
         Optional: the default reports nothing (and the monitor then logs nothing). Keys a plugin may report, each
-        only where it knows it (see :data:`precision_base.monitor.STAT_KEYS`): ``"loss_scale"`` (the current loss
+        only where it knows it (see [`precision_base.monitor.STAT_KEYS`][]): ``"loss_scale"`` (the current loss
         scale), ``"skipped_steps"`` (optimizer steps skipped for inf/NaN gradients, cumulative),
         ``"nonfinite_grad_steps"`` (steps whose gradients held inf/NaN, cumulative) and ``"grad_norm"`` (the
         unscaled global gradient norm of the last step, where the plugin computed it anyway, e.g. for clipping).
@@ -335,9 +345,10 @@ class PrecisionPlugin:
     ) -> Union[str, Strategy]:
         """Check ``strategy`` against this plugin and return the strategy the Trainer should use.
 
-        Called by :class:`precision_base.Trainer` before Lightning sees any argument. ``strategy="auto"`` is
+        Called by [`precision_base.Trainer`][] before Lightning sees any argument. ``strategy="auto"`` is
         replaced by the backend's strategy where the hardware allows it; a strategy that cannot work with
-        the plugin raises :class:`~precision_base.errors.TrainerConfigurationError` saying what to pass.
+        the plugin raises [`TrainerConfigurationError`][precision_base.errors.TrainerConfigurationError] saying what to
+        pass.
         The default accepts everything unchanged.
         """
         return strategy

@@ -1,10 +1,12 @@
 """Discovery: what the ``precision_base.plugins`` entry points say, read from distribution metadata only.
 
-:func:`discover` reads every distribution's entry points, ``Name`` and ``Version`` and returns one
-:class:`Candidate` per (distribution, backend); it runs no plugin code. :class:`InfoLoader` then runs a candidate's
-info module (through :func:`precision_base.loading.load_object`), once however many threads ask, with no registry
-lock held while it runs. What a candidate's status is follows from what was found here (:mod:`precision_base.statuses`);
-:class:`precision_base.registry.Registry` keeps the tables.
+[`discover`][precision_base.discovery.discover] reads every distribution's entry points, ``Name`` and ``Version`` and
+returns one
+[`Candidate`][precision_base.discovery.Candidate] per (distribution, backend); it runs no plugin code.
+[`InfoLoader`][precision_base.discovery.InfoLoader] then runs a candidate's
+info module (through [`precision_base.loading.load_object`][]), once however many threads ask, with no registry
+lock held while it runs. What a candidate's status is follows from what was found here ([`precision_base.statuses`][]);
+[`precision_base.registry.Registry`][] keeps the tables.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def _candidates_of(dist: metadata.Distribution, seen: set[str], group: str) -> l
 def in_process_candidate(
     info: object, plugin_class: Optional[type], distribution: object, version: object
 ) -> Candidate:
-    """The candidate of an in-process registration (:meth:`precision_base.registry.Registry.register`), checked."""
+    """The candidate of an in-process registration ([`precision_base.registry.Registry.register`][]), checked."""
     if not isinstance(info, PluginInfo):
         raise InvalidPluginInfoError(f"register() needs a precision_base.PluginInfo, got {describe(info)}")
     problems = info_problems(info)
@@ -223,7 +225,8 @@ class InfoLoader:
     A thread that asks for a candidate another thread is loading waits for it. That wait would never end when the
     loading thread is (through its info module) itself waiting, directly or through other loading threads, for the
     asking thread: an info module asking for itself (re-entry on one thread), or two info modules asking for each
-    other from two threads. Such a request gets a :class:`PluginLoadError` instead: the same wait-for cycle check
+    other from two threads. Such a request gets a [`PluginLoadError`][precision_base.errors.PluginLoadError] instead:
+    the same wait-for cycle check
     Python's own import lock makes, which a plain re-entrancy guard (one thread only) would not cover.
     """
 

@@ -1,6 +1,7 @@
 """Every error precision-base raises, in one place.
 
-All of them derive from :class:`PrecisionPluginError`, and each also derives from the builtin a caller would
+All of them derive from [`PrecisionPluginError`][precision_base.errors.PrecisionPluginError], and each also derives from
+the builtin a caller would
 naturally catch (``ValueError`` for bad input, ``LookupError`` for a missing backend, ``ImportError`` for a
 plugin that cannot be loaded), so ``except ValueError`` keeps working for code written against Lightning.
 """
@@ -104,7 +105,7 @@ class ContractVersionError(PrecisionPluginError, ImportError):
 
 
 class InvalidPluginInfoError(PrecisionPluginError, TypeError):
-    """A plugin's info object does not match the schema of :class:`precision_base.PluginInfo`."""
+    """A plugin's info object does not match the schema of [`precision_base.PluginInfo`][]."""
 
 
 class TrainerConfigurationError(PrecisionPluginError, ValueError):
@@ -116,5 +117,5 @@ class FabricNotSupportedError(PrecisionPluginError, ValueError):
 
 
 class PrecisionAuditError(PrecisionPluginError, RuntimeError):
-    """A strict :class:`precision_base.PrecisionAudit` found dtypes that differ from the plugin's table (raised on
+    """A strict [`precision_base.PrecisionAudit`][] found dtypes that differ from the plugin's table (raised on
     every rank); the message lists the rows that differ."""

@@ -1,22 +1,30 @@
 """Extra precisions as features: one object per feature (e.g. FSDP's fp8), with the hook points a plugin calls.
 
 An extra precision is a name beyond Lightning's five (``fp8-tensorwise``) that behaves like one of them (its *base*,
-``bf16-mixed``) outside its own feature. A plugin declares each feature's names once, as :class:`ExtraPrecisions`
-(plain data: its ``_info.py`` reads the same object without torch, so :attr:`PluginInfo.extra_precisions
-<precision_base.PluginInfo.extra_precisions>` and ``precision_extras`` are derived from it), and implements the
-feature as an :class:`ExtraPrecisionFeature`, whose hooks the plugin's implementation calls at fixed points instead
+``bf16-mixed``) outside its own feature. A plugin declares each feature's names once, as
+[`ExtraPrecisions`][precision_base.extra.ExtraPrecisions]
+(plain data: its ``_info.py`` reads the same object without torch, so `PluginInfo.extra_precisions` and
+``precision_extras`` are derived from it), and implements the
+feature as an [`ExtraPrecisionFeature`][precision_base.extra.ExtraPrecisionFeature], whose hooks the plugin's
+implementation calls at fixed points instead
 of branching on the precision:
 
-* :meth:`~ExtraPrecisionFeature.check_sharding`: the strategy was chosen, or the model's sharding is known (refuse
-  one the feature cannot run on), and :meth:`~ExtraPrecisionFeature.check_machine` (refuse a machine without the
+* [`check_sharding`][precision_base.extra.ExtraPrecisionFeature.check_sharding]: the strategy was chosen, or the model's
+  sharding is known (refuse
+  one the feature cannot run on), and [`check_machine`][precision_base.extra.ExtraPrecisionFeature.check_machine]
+  (refuse a machine without the
   hardware or library the feature needs);
-* :meth:`~ExtraPrecisionFeature.prepare_model`: the whole model is seen, before sharding (convert layers);
-* :meth:`~ExtraPrecisionFeature.check_model`: the model is handed to Lightning (refuse one left unprepared);
-* :meth:`~ExtraPrecisionFeature.describe`: facts for ``precision-plugins show``;
-* :meth:`~ExtraPrecisionFeature.table`: the plugin's dtype table, which the feature may annotate.
+* [`prepare_model`][precision_base.extra.ExtraPrecisionFeature.prepare_model]: the whole model is seen, before sharding
+  (convert layers);
+* [`check_model`][precision_base.extra.ExtraPrecisionFeature.check_model]: the model is handed to Lightning (refuse one
+  left unprepared);
+* [`describe`][precision_base.extra.ExtraPrecisionFeature.describe]: facts for ``precision-plugins show``;
+* [`table`][precision_base.extra.ExtraPrecisionFeature.table]: the plugin's dtype table, which the feature may annotate.
 
-A precision without a feature gets :data:`NO_FEATURE`, whose hooks do nothing. A new extra precision of an existing
-feature is one more name in its :class:`ExtraPrecisions`; a new feature is one module with both objects.
+A precision without a feature gets [`NO_FEATURE`][precision_base.extra.NO_FEATURE], whose hooks do nothing. A new extra
+precision of an existing
+feature is one more name in its [`ExtraPrecisions`][precision_base.extra.ExtraPrecisions]; a new feature is one module
+with both objects.
 
 Pure Python: importing this module imports none of torch, Lightning and DeepSpeed.
 """
@@ -50,7 +58,7 @@ class ExtraPrecisions:
 
     @property
     def precision_extras(self) -> tuple[tuple[str, str], ...]:
-        """``(name, extra)`` for every name, for :attr:`PluginInfo.precision_extras`; ``()`` without an extra."""
+        """``(name, extra)`` for every name, for `PluginInfo.precision_extras`; ``()`` without an extra."""
         return tuple((name, self.extra) for name in self.names) if self.extra else ()
 
     def __contains__(self, precision: object) -> bool:
@@ -62,7 +70,7 @@ class ExtraPrecisions:
 
 
 def declared(*features: ExtraPrecisions) -> tuple[tuple[str, str], ...]:
-    """Every ``(name, base)`` pair of ``features``, for :attr:`PluginInfo.extra_precisions`.
+    """Every ``(name, base)`` pair of ``features``, for `PluginInfo.extra_precisions`.
 
     Raises:
         ValueError: a name is declared twice.
@@ -76,7 +84,7 @@ def declared(*features: ExtraPrecisions) -> tuple[tuple[str, str], ...]:
 
 
 def declared_extras(*features: ExtraPrecisions) -> tuple[tuple[str, str], ...]:
-    """Every ``(name, extra)`` pair of ``features``, for :attr:`PluginInfo.precision_extras`."""
+    """Every ``(name, extra)`` pair of ``features``, for `PluginInfo.precision_extras`."""
     return tuple(pair for feature in features for pair in feature.precision_extras)
 
 
@@ -90,13 +98,14 @@ def base_precision(precision: str, features: Iterable[ExtraPrecisions]) -> str:
 
 @runtime_checkable
 class ExtraPrecisionFeature(Protocol):
-    """What a plugin's implementation calls on the feature of its precision (or on :data:`NO_FEATURE`).
+    """What a plugin's implementation calls on the feature of its precision (or on
+    [`NO_FEATURE`][precision_base.extra.NO_FEATURE]).
 
     ``plugin`` is the plugin instance; each hook reads what it needs from it (``plugin.spec``, ...).
     """
 
     declared: Optional[ExtraPrecisions]
-    """The names of the feature, ``None`` for :data:`NO_FEATURE`."""
+    """The names of the feature, ``None`` for [`NO_FEATURE`][precision_base.extra.NO_FEATURE]."""
 
     def check_sharding(self, plugin: Any, sharding: Any) -> None:
         """Raise when the feature cannot run under ``sharding`` (what the plugin knows of how the model is or will be
@@ -116,7 +125,7 @@ class ExtraPrecisionFeature(Protocol):
         """Facts for ``precision-plugins show`` (``{}``: nothing to add)."""
 
     def table(self, plugin: Any, table: Any) -> Any:
-        """The plugin's dtype table (a :class:`~precision_base.DtypeTable`), annotated or as it is."""
+        """The plugin's dtype table (a [`DtypeTable`][precision_base.DtypeTable]), annotated or as it is."""
 
 
 class _NoFeature:

@@ -1,7 +1,7 @@
 """``precision_base.Fabric``: ``lightning.fabric.Fabric`` plus a ``precision_plugin=`` argument.
 
 Everything but ``precision_plugin`` goes to Lightning's Fabric unchanged; the checks run in ``__init__``. It is
-:class:`~precision_base.fabric.PrecisionPluginFabricMixin` over ``lightning.fabric.Fabric``.
+[`PrecisionPluginFabricMixin`][precision_base.fabric.PrecisionPluginFabricMixin] over ``lightning.fabric.Fabric``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Listing plugins must stay cheap: a plugin whose info module or package ``__init__`` imports torch, Lightning or
 DeepSpeed makes every ``precision-plugins list`` (and every import of its package) pay for them. ``doctor`` and the
-conformance kit report it with :func:`heavy_imports`.
+conformance kit report it with [`heavy_imports`][precision_base.import_check.heavy_imports].
 """
 
 from __future__ import annotations

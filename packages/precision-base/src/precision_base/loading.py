@@ -14,9 +14,10 @@ package, and executed as a module of its own. Exceptions:
 The module run this way is not added to ``sys.modules``: if plugin code later imports the same info module, Python
 runs it again under its own name (an info module is plain data, so both copies are equal).
 
-:func:`load_class` imports a ``"module:QualName"`` reference the normal way (:func:`pkgutil.resolve_name`).
+[`load_class`][precision_base.loading.load_class] imports a ``"module:QualName"`` reference the normal way
+(`pkgutil.resolve_name`).
 This module sits below every other module of precision-base that names a plugin (it imports none of them);
-:mod:`precision_base.plugin_classes` loads and checks a backend's class for a door on top of it.
+[`precision_base.plugin_classes`][] loads and checks a backend's class for a door on top of it.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def info_module(name: str) -> ModuleType:
 
 
 def load_object(module_name: str, attribute: str) -> Any:
-    """The object ``module_name:attribute`` (dotted attribute path), its module run by :func:`info_module`."""
+    """The object ``module_name:attribute`` (dotted attribute path), its module run by
+    [`info_module`][precision_base.loading.info_module]."""
     obj: Any = info_module(module_name)
     for part in attribute.split("."):
         obj = getattr(obj, part)
@@ -65,7 +67,7 @@ def load_object(module_name: str, attribute: str) -> Any:
 
 def load_class(ref: str) -> Any:
     """The object a ``"module:QualName"`` reference names (a ``PluginInfo.plugin_class`` or ``fabric_class``),
-    its module imported the normal way: :func:`pkgutil.resolve_name`, the one lookup every caller uses."""
+    its module imported the normal way: `pkgutil.resolve_name`, the one lookup every caller uses."""
     import pkgutil
 
     return pkgutil.resolve_name(ref)

@@ -1,12 +1,14 @@
 """``PrecisionMonitor``: a Lightning callback that logs what the precision plugin reports about the numerics.
 
 Every ``logging_interval`` optimizer steps it asks the Trainer's precision plugin for
-:meth:`~precision_base.PrecisionPlugin.precision_stats` and hands the numbers to every logger of the Trainer
+[`precision_stats`][precision_base.contract.PrecisionPlugin.precision_stats] and hands the numbers to every logger of
+the Trainer
 (``logger.log_metrics``), under the prefix ``precision/``: e.g. ``precision/loss_scale``,
 ``precision/skipped_steps``, ``precision/nonfinite_grad_steps``, ``precision/grad_norm``. A plugin that reports
 nothing (any plugin without ``precision_stats``, Lightning's built-ins included) makes the monitor log nothing.
 
-The class is written once as :class:`PrecisionMonitorImpl` (no Lightning base) and built per namespace:
+The class is written once as [`PrecisionMonitorImpl`][precision_base.monitor.PrecisionMonitorImpl] (no Lightning base)
+and built per namespace:
 ``precision_base.PrecisionMonitor`` for ``lightning.pytorch``, ``precision_base.pytorch_lightning.PrecisionMonitor``
 for ``pytorch_lightning``.
 """
@@ -88,7 +90,8 @@ class PrecisionMonitorImpl(_CallbackBase):
 
 
 class PrecisionMonitor(PrecisionMonitorImpl, pl.Callback):
-    """:class:`PrecisionMonitorImpl` for ``lightning.pytorch.Trainer`` (``precision_base.PrecisionMonitor``).
+    """[`PrecisionMonitorImpl`][precision_base.monitor.PrecisionMonitorImpl] for ``lightning.pytorch.Trainer``
+    (``precision_base.PrecisionMonitor``).
 
     Example::
 

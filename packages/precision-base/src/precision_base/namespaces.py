@@ -5,7 +5,8 @@ Lightning ships the same code twice: as ``lightning.pytorch`` (with ``lightning.
 classes derive from that namespace's ``Precision``. A plugin package therefore writes its class once, for
 ``lightning.pytorch``, following one rule: all code lives in an implementation mixin without Lightning bases, and
 the concrete class only lists bases (the mixin, then Lightning's precision class) and class attributes.
-:func:`for_namespace` builds the same class for the other namespace by swapping each Lightning base for the
+[`for_namespace`][precision_base.namespaces.for_namespace] builds the same class for the other namespace by swapping
+each Lightning base for the
 same-named class of that namespace.
 
 A rebuilt class keeps ``__name__`` and ``__qualname__`` (Lightning files a precision plugin's checkpoint state under
@@ -27,13 +28,14 @@ import types
 from typing import Any, Final, Literal, Optional
 
 Door = Literal["Trainer", "Fabric"]
-"""The two doors a plugin comes in by: a Lightning Trainer (:data:`NAMESPACES`) or Fabric."""
+"""The two doors a plugin comes in by: a Lightning Trainer ([`NAMESPACES`][precision_base.namespaces.NAMESPACES]) or
+Fabric."""
 
 NAMESPACES: Final[tuple[str, ...]] = ("lightning.pytorch", "pytorch_lightning")
 """The Trainer namespaces a plugin class can be built for."""
 
 FABRIC_NAMESPACES: Final[tuple[str, ...]] = ("lightning.fabric", "lightning_fabric")
-"""Fabric's two namespaces, recognised by :func:`namespace_of`."""
+"""Fabric's two namespaces, recognised by [`namespace_of`][precision_base.namespaces.namespace_of]."""
 
 _UNIFIED_TO_STANDALONE: Final = {"lightning.pytorch": "pytorch_lightning", "lightning.fabric": "lightning_fabric"}
 _STANDALONE_TO_UNIFIED: Final = {v: k for k, v in _UNIFIED_TO_STANDALONE.items()}
@@ -168,7 +170,8 @@ def for_namespace(plugin_class: type, namespace: str) -> type:
         rebuilt class, the same object on every call.
 
     Raises:
-        ValueError: ``namespace`` is not one of :data:`NAMESPACES` or :data:`FABRIC_NAMESPACES`.
+        ValueError: ``namespace`` is not one of [`NAMESPACES`][precision_base.namespaces.NAMESPACES] or
+            [`FABRIC_NAMESPACES`][precision_base.namespaces.FABRIC_NAMESPACES].
         ImportError: the Lightning package of ``namespace`` is not installed.
     """
     if namespace not in NAMESPACES + FABRIC_NAMESPACES:

@@ -5,7 +5,8 @@ about 6e-8 and smallest normal value 6.1e-5. Adam's default ``eps=1e-8`` is 0 th
 ``sqrt(v) + 0`` and goes inf/NaN as soon as a second moment is 0. The same holds for any small float
 hyperparameter (a tiny ``lr`` or ``weight_decay``). bfloat16 has float32's range, so these values survive there.
 
-:func:`underflowing_hyperparameters` finds such values; :func:`underflow_message` says which group, which value
+[`underflowing_hyperparameters`][precision_base.numerics.underflowing_hyperparameters] finds such values;
+[`underflow_message`][precision_base.numerics.underflow_message] says which group, which value
 and what works instead. Plugins call them when the strategy connects the optimizers (precision-fsdp does).
 Imports torch on first use only.
 """
@@ -74,7 +75,7 @@ def underflowing_hyperparameters(optimizers: Iterable[Any]) -> list[Underflow]:
 
 
 def underflow_message(spec: str, underflow: Underflow) -> str:
-    """The warning for one :class:`Underflow` under the plugin named ``spec``."""
+    """The warning for one [`Underflow`][precision_base.numerics.Underflow] under the plugin named ``spec``."""
     u = underflow
     return (
         f"{spec}: {u.optimizer} parameter group {u.group} has {u.name}={u.value:g}, which is 0 in {u.dtype} (the "

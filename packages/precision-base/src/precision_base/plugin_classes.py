@@ -1,8 +1,10 @@
 """Loading a backend's plugin class for a door, and checking it is one: the registry's class lookup.
 
-:func:`load_plugin_class` imports the class a ``PluginInfo`` names (through :func:`precision_base.loading.load_class`)
-and turns any failure into :class:`~precision_base.errors.PluginLoadError`, naming the plugin;
-:func:`check_plugin_class` refuses a class that is no :class:`~precision_base.PrecisionPlugin` for the door, or that
+[`load_plugin_class`][precision_base.plugin_classes.load_plugin_class] imports the class a ``PluginInfo`` names (through
+[`precision_base.loading.load_class`][])
+and turns any failure into [`PluginLoadError`][precision_base.errors.PluginLoadError], naming the plugin;
+[`check_plugin_class`][precision_base.plugin_classes.check_plugin_class] refuses a class that is no
+[`PrecisionPlugin`][precision_base.PrecisionPlugin] for the door, or that
 lists a Lightning class before the mixin. It sits above the contract, the namespaces and discovery, and below the
 registry and the doors (it imports neither).
 """
@@ -24,7 +26,8 @@ _LIGHTNING_ROOTS = ("lightning", "pytorch_lightning", "lightning_fabric")
 
 
 def lightning_before_mixin(cls: type) -> Optional[type]:
-    """The first Lightning class that comes before :class:`PrecisionPlugin` in ``cls``'s MRO, if any."""
+    """The first Lightning class that comes before [`PrecisionPlugin`][precision_base.contract.PrecisionPlugin] in
+    ``cls``'s MRO, if any."""
     for klass in cls.__mro__:
         if klass is PrecisionPlugin:
             return None
@@ -50,7 +53,8 @@ def load_plugin_class(entry: PluginEntry, ref: str) -> Any:
 
 
 def check_plugin_class(entry: PluginEntry, cls: object, door: Door = "Trainer") -> None:
-    """Raise unless ``cls`` is a :class:`PrecisionPlugin` for ``door`` with the mixin before Lightning's bases."""
+    """Raise unless ``cls`` is a [`PrecisionPlugin`][precision_base.contract.PrecisionPlugin] for ``door`` with the
+    mixin before Lightning's bases."""
     assert entry.info is not None
     where = f"precision plugin {entry.backend!r} from {entry.distribution} {entry.version}"
     if door == "Fabric":

@@ -26,7 +26,8 @@ PRECISION_DTYPE_NAMES: Final[dict[str, str]] = {
 }
 """Each canonical precision and the torch dtype name it computes in (the low dtype of a ``*-mixed`` precision).
 
-The only precision -> dtype map of the project; :func:`precision_dtype` turns a name into the ``torch.dtype``.
+The only precision -> dtype map of the project; [`precision_dtype`][precision_base.plugin_support.precision_dtype] turns
+a name into the ``torch.dtype``.
 """
 
 _CUDA_NAMES: Final = frozenset({"cuda", "gpu"})
@@ -44,7 +45,7 @@ def precision_dtype(precision: str) -> torch.dtype:
 
     Raises:
         KeyError: ``precision`` is not one of the five canonical precisions (normalise aliases first with
-            :func:`precision_base.normalize_precision`).
+            [`precision_base.normalize_precision`][]).
     """
     import torch
 
@@ -130,7 +131,7 @@ def wrong_strategy_error(spec: str, given: Any, remedy: str) -> TrainerConfigura
         remedy: what to pass instead, as one or more full sentences.
 
     Returns:
-        A :class:`~precision_base.errors.TrainerConfigurationError` reading
+        A [`TrainerConfigurationError`][precision_base.errors.TrainerConfigurationError] reading
         ``precision plugin 'fsdp:bf16-mixed' cannot work with strategy='ddp'. <remedy>``, with the attributes
         ``spec`` and ``strategy`` set to the arguments.
     """

@@ -1,8 +1,8 @@
 """``precision_base.pytorch_lightning.Trainer``: ``pytorch_lightning.Trainer`` plus a ``precision_plugin=`` argument.
 
-The same door as :class:`precision_base.Trainer`, for code that imports the ``pytorch_lightning`` namespace: plugin
+The same door as [`precision_base.Trainer`][], for code that imports the ``pytorch_lightning`` namespace: plugin
 names resolve to the same plugin classes, built for ``pytorch_lightning`` by
-:func:`precision_base.namespaces.for_namespace`.
+[`precision_base.namespaces.for_namespace`][].
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ class Trainer(PrecisionPluginTrainerMixin, pl.Trainer):
 
 
 PrecisionMonitor = for_namespace(_PrecisionMonitor, "pytorch_lightning")
-""":class:`precision_base.PrecisionMonitor` built for ``pytorch_lightning.Trainer``."""
+"""[`precision_base.PrecisionMonitor`][] built for ``pytorch_lightning.Trainer``."""
 
 PrecisionAudit = for_namespace(_PrecisionAudit, "pytorch_lightning")
-""":class:`precision_base.PrecisionAudit` built for ``pytorch_lightning.Trainer``."""
+"""[`precision_base.PrecisionAudit`][] built for ``pytorch_lightning.Trainer``."""
 
 PrecisionSchedule = for_namespace(_PrecisionSchedule, "pytorch_lightning")
-""":class:`precision_base.PrecisionSchedule` built for ``pytorch_lightning.Trainer``."""
+"""[`precision_base.PrecisionSchedule`][] built for ``pytorch_lightning.Trainer``."""
 
 __all__ = ["PrecisionAudit", "PrecisionMonitor", "PrecisionSchedule", "Trainer"]

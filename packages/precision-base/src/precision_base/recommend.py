@@ -1,6 +1,8 @@
 """``precision-plugins recommend``: the plugin name to train with on this machine, and why.
 
-:func:`recommend` is pure logic on :class:`MachineFacts` (tests inject facts); :func:`read_machine` gathers the
+[`recommend`][precision_base.recommend.recommend] is pure logic on
+[`MachineFacts`][precision_base.recommend.MachineFacts] (tests inject facts);
+[`read_machine`][precision_base.recommend.read_machine] gathers the
 facts (imports torch; the registry reads metadata only). The rules, in order:
 
 * **device**: a CUDA GPU when there is one, else the CPU;
@@ -35,7 +37,7 @@ BF16_CAPABILITY: tuple[int, int] = (8, 0)
 
 @dataclass(frozen=True)
 class MachineFacts:
-    """What :func:`recommend` decides on.
+    """What [`recommend`][precision_base.recommend.recommend] decides on.
 
     Attributes:
         cpu_bf16: the CPU computes bfloat16 natively (AVX512-BF16 or AMX).
@@ -77,7 +79,7 @@ class Choice:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """What :func:`recommend` returns.
+    """What [`recommend`][precision_base.recommend.recommend] returns.
 
     Attributes:
         spec: the suggested plugin name, ``None`` when no backend can train here.
@@ -256,7 +258,8 @@ def recommend(facts: MachineFacts) -> Recommendation:
 
 
 def read_machine() -> MachineFacts:
-    """This machine's :class:`MachineFacts`: the CPU's native half types and the first CUDA GPU (torch), the
+    """This machine's [`MachineFacts`][precision_base.recommend.MachineFacts]: the CPU's native half types and the first
+    CUDA GPU (torch), the
     registry's backends (metadata and info modules only) and torchao's version (metadata only)."""
     from importlib import metadata
 

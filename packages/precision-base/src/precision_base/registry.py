@@ -3,17 +3,22 @@
 What runs when, and what a broken plugin can do:
 
 * Discovery reads distribution metadata only (entry points, ``Name``, ``Version``, ``Requires-Dist``); it runs no
-  plugin code. It happens once per :class:`Registry` (again after :func:`clear_cache`).
-* Listing (:func:`list_plugins`, ``precision-plugins list``) then runs, for each plugin that is not disabled, its
+  plugin code. It happens once per [`Registry`][precision_base.registry.Registry] (again after
+  [`clear_cache`][precision_base.registry.clear_cache]).
+* Listing ([`list_plugins`][precision_base.registry.list_plugins], ``precision-plugins list``) then runs, for each
+  plugin that is not disabled, its
   *info module* alone (the module named in its entry point), without the package's ``__init__``: see
-  :mod:`precision_base.loading` for the exact rule. Disabled plugins and plugins in conflict run nothing; no plugin
+  [`precision_base.loading`][] for the exact rule. Disabled plugins and plugins in conflict run nothing; no plugin
   class, torch, Lightning or DeepSpeed is imported.
-* Resolving (:func:`resolve`) checks the contract version and the requirements (the distribution's own
+* Resolving ([`resolve`][precision_base.registry.resolve]) checks the contract version and the requirements (the
+  distribution's own
   ``Requires-Dist`` plus any ``PluginInfo.requires``) first, and only then imports the plugin's class.
 * An extra precision that needs one of the distribution's optional extras (``PluginInfo.precision_extras``) is
   *unavailable* while that extra's ``Requires-Dist`` lines are unmet (metadata only): the entry stays ``ok``,
-  :attr:`PluginEntry.unavailable` says why, and resolving that precision raises :class:`PluginRequirementError`
-  with an install line for where the distribution came from (:func:`install_command`).
+  [`PluginEntry.unavailable`][precision_base.statuses.PluginEntry.unavailable] says why, and resolving that precision
+  raises [`PluginRequirementError`][precision_base.PluginRequirementError]
+  with an install line for where the distribution came from
+  ([`install_command`][precision_base.registry.install_command]).
 
 Any exception an info module raises, ``SystemExit`` included (``KeyboardInterrupt`` is not caught), makes that
 plugin ``broken``; malformed metadata does too. Every other plugin keeps working. No lock is held while plugin
@@ -87,8 +92,8 @@ DOOR_NAMESPACES: dict[str, tuple[str, ...]] = {
 class Registry:
     """The set of known backends: installed ones (discovered lazily, once) plus in-process registrations.
 
-    A facade over :mod:`precision_base.discovery` (what is installed, info modules run once) and
-    :mod:`precision_base.statuses` (what that makes each backend): it holds the tables, resolves and registers.
+    A facade over [`precision_base.discovery`][] (what is installed, info modules run once) and
+    [`precision_base.statuses`][] (what that makes each backend): it holds the tables, resolves and registers.
     The lock guards the registry's own tables only; it is never held while plugin code runs.
     """
 
@@ -204,8 +209,9 @@ class Registry:
         constructor.
 
         ``door`` (``"Trainer"`` or ``"Fabric"``) picks the class (``PluginInfo.plugin_class`` or ``fabric_class``);
-        ``namespace`` is the Lightning namespace the instance is built for (:data:`DOOR_NAMESPACES`; by default the
-        door's first, see :func:`precision_base.namespaces.for_namespace`). The entry is computed once, and both
+        ``namespace`` is the Lightning namespace the instance is built for
+        ([`DOOR_NAMESPACES`][precision_base.registry.DOOR_NAMESPACES]; by default the
+        door's first, see [`precision_base.namespaces.for_namespace`][]). The entry is computed once, and both
         doors ask the same questions in the same order: spec, entry, precision, class.
         """
         namespaces = DOOR_NAMESPACES.get(door) if isinstance(door, str) else None
@@ -237,9 +243,12 @@ class Registry:
 
         ``plugin_class`` may be given directly; otherwise ``info.plugin_class`` is imported on resolve.
         ``distribution`` and ``version`` are labels, listed with "(in-process)"; a label naming a distribution
-        this registry discovered is refused with :class:`RegistrationError` (in-process code cannot pose as an
-        installed plugin). Registering a name that is already known raises :class:`DuplicateBackendError` unless
-        ``replace``; replacing warns with :class:`PrecisionPluginWarning`, naming the old and the new registration.
+        this registry discovered is refused with [`RegistrationError`][precision_base.errors.RegistrationError]
+        (in-process code cannot pose as an
+        installed plugin). Registering a name that is already known raises
+        [`DuplicateBackendError`][precision_base.DuplicateBackendError] unless
+        ``replace``; replacing warns with [`PrecisionPluginWarning`][precision_base.errors.PrecisionPluginWarning],
+        naming the old and the new registration.
         """
         new = in_process_candidate(info, plugin_class, distribution, version)
         with self._lock:
@@ -329,12 +338,13 @@ def get_plugin_class(backend: str, *, door: Door = "Trainer") -> type:
 
 
 def get_entry(backend: str) -> PluginEntry:
-    """The :class:`PluginEntry` for ``backend``; raises like :func:`resolve` when it cannot be used."""
+    """The [`PluginEntry`][precision_base.registry.PluginEntry] for ``backend``; raises like
+    [`resolve`][precision_base.registry.resolve] when it cannot be used."""
     return _default.entry(backend)
 
 
 def register(info: PluginInfo, **kwargs: Any) -> None:
-    """Register a backend in-process; see :meth:`Registry.register`."""
+    """Register a backend in-process; see [`Registry.register`][precision_base.registry.Registry.register]."""
     _default.register(info, **kwargs)
 
 
@@ -354,7 +364,7 @@ def registered(info: PluginInfo, **kwargs: Any) -> Iterator[None]:
 
 
 def clear_cache() -> None:
-    """Forget discovered plugins; see :meth:`Registry.clear_cache`."""
+    """Forget discovered plugins; see [`Registry.clear_cache`][precision_base.registry.Registry.clear_cache]."""
     _default.clear_cache()
 
 

@@ -10,7 +10,7 @@ from typing import Optional
 def installed_version(name: str) -> Optional[str]:
     """The installed version of distribution ``name``, or ``None``; cached, since reading metadata is slow.
 
-    :func:`precision_base.clear_cache` forgets what was cached.
+    [`precision_base.clear_cache`][] forgets what was cached.
     """
     from importlib import metadata  # imported on first use: `import precision_base` stays cheap
 

@@ -9,16 +9,17 @@ first key is ``0`` and names the precision the Trainer starts with::
 
 The entry at step ``k`` is in effect from the ``k``-th optimizer step on (steps are counted from 0): the callback
 switches after the optimizer step that makes ``global_step == k``, through the plugin's ``switch_precision``
-(precision-fsdp: :mod:`precision_fsdp.switch`). Everything is checked at ``setup``, before any step: the first
+(precision-fsdp: [`precision_fsdp.switch`][]). Everything is checked at ``setup``, before any step: the first
 entry against the Trainer's plugin, the backend of every entry, the steps against ``max_steps``, and every switch
 against the plugin (``precision_switch_problem``), so a schedule that cannot run fails before training.
 
-Resume-safe: :meth:`state_dict` records the schedule (keys, specs, resolved steps) and its position; resuming a
+Resume-safe: `state_dict` records the schedule (keys, specs, resolved steps) and its position; resuming a
 checkpoint written after a switch switches the plugin back to that precision while the callbacks are restored,
 which Lightning does before the precision plugin's own state (``on_load_checkpoint``), so the plugin sees the
 precision it saved. Resuming with another schedule than the checkpoint's is an error.
 
-Written once as :class:`PrecisionScheduleImpl` (no Lightning base) and built per namespace:
+Written once as [`PrecisionScheduleImpl`][precision_base.schedule.PrecisionScheduleImpl] (no Lightning base) and built
+per namespace:
 ``precision_base.PrecisionSchedule`` for ``lightning.pytorch``, ``precision_base.pytorch_lightning.PrecisionSchedule``
 for ``pytorch_lightning``.
 """
@@ -158,7 +159,8 @@ class PrecisionScheduleImpl(_CallbackBase):
         switched_at: ``{step: spec}`` of the switches this callback made in this process.
 
     Raises:
-        PrecisionScheduleError: here for the schedule's shape (:func:`parse`); at ``setup`` for everything that
+        PrecisionScheduleError: here for the schedule's shape ([`parse`][precision_base.schedule.parse]); at ``setup``
+            for everything that
             depends on the Trainer: the first entry is not the Trainer's plugin, another backend, fractions without
             ``max_steps``, steps that do not increase or come too late, a precision the plugin does not offer, a
             plugin without precision switches, or a switch the plugin refuses (its reason is quoted); when a
@@ -271,7 +273,8 @@ class PrecisionScheduleImpl(_CallbackBase):
 
 
 class PrecisionSchedule(PrecisionScheduleImpl, pl.Callback):
-    """:class:`PrecisionScheduleImpl` for ``lightning.pytorch.Trainer`` (``precision_base.PrecisionSchedule``).
+    """[`PrecisionScheduleImpl`][precision_base.schedule.PrecisionScheduleImpl] for ``lightning.pytorch.Trainer``
+    (``precision_base.PrecisionSchedule``).
 
     Example::
 

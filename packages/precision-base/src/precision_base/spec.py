@@ -42,11 +42,13 @@ EXTRA_PRECISION_RULE: Final[str] = (
     "'-', starting with a letter, at most 64 characters, not ending in '-true' or '-mixed' and not close to one of "
     "the five names (e.g. 'fp8-tensorwise'); only plugins that declare it in PluginInfo.extra_precisions offer it"
 )
-"""The naming rule for a plugin's extra precisions (e.g. FP8 recipes); see :func:`is_extra_precision_name`."""
+"""The naming rule for a plugin's extra precisions (e.g. FP8 recipes); see
+[`is_extra_precision_name`][precision_base.spec.is_extra_precision_name]."""
 
 
 def is_extra_precision_name(text: object) -> bool:
-    """Whether ``text`` follows :data:`EXTRA_PRECISION_RULE` (it says nothing about which plugin offers it)."""
+    """Whether ``text`` follows [`EXTRA_PRECISION_RULE`][precision_base.spec.EXTRA_PRECISION_RULE] (it says nothing
+    about which plugin offers it)."""
     if not isinstance(text, str) or len(text) > MAX_EXTRA_PRECISION_LENGTH or not EXTRA_PRECISION_RE.match(text):
         return False
     if text in PRECISIONS or text.endswith(("-true", "-mixed")):
@@ -144,13 +146,14 @@ def normalize_precision(value: object) -> str:
 
 
 def parse_spec(spec: object) -> PluginSpec:
-    """Parse ``"<backend>:<precision>"`` into a :class:`PluginSpec`.
+    """Parse ``"<backend>:<precision>"`` into a [`PluginSpec`][precision_base.spec.PluginSpec].
 
     Whitespace around the whole string and around either part is ignored. The precision is normalised with
-    :func:`normalize_precision`, or kept as written when it follows :data:`EXTRA_PRECISION_RULE` (the registry then
+    [`normalize_precision`][precision_base.spec.normalize_precision], or kept as written when it follows
+    [`EXTRA_PRECISION_RULE`][precision_base.spec.EXTRA_PRECISION_RULE] (the registry then
     checks that the backend declares it). Every input either parses or raises one of the two errors below (both
-    :class:`~precision_base.errors.PrecisionPluginError`), whose message repeats at most
-    :data:`~precision_base.errors.MAX_SHOWN` characters of the input. A ``str`` subclass is read as the plain
+    [`PrecisionPluginError`][precision_base.errors.PrecisionPluginError]), whose message repeats at most
+    [`MAX_SHOWN`][precision_base.errors.MAX_SHOWN] characters of the input. A ``str`` subclass is read as the plain
     string it holds: none of its methods run.
 
     Raises:

@@ -1,7 +1,9 @@
-"""A backend's status, as a function of what discovery found (:mod:`precision_base.discovery`).
+"""A backend's status, as a function of what discovery found ([`precision_base.discovery`][]).
 
-:func:`entry_before_info` answers from metadata alone (disabled, conflict, damaged metadata, unofficial); only when
-it has no answer is the info module run, and :func:`entry_after_info` answers from the result (broken, incompatible
+[`entry_before_info`][precision_base.statuses.entry_before_info] answers from metadata alone (disabled, conflict,
+damaged metadata, unofficial); only when
+it has no answer is the info module run, and [`entry_after_info`][precision_base.statuses.entry_after_info] answers from
+the result (broken, incompatible
 contract, requirement missing, ok). Both only read the candidates (and, for requirements, the installed versions):
 they change nothing, so the registry decides when plugin code runs.
 """
@@ -38,14 +40,15 @@ The same pairs as the ``backend`` entries of the package list (``[tool.precision
 ``pyproject.toml``); ``tools/tests/test_package_list_consumers.py`` checks that they agree."""
 
 STATUSES = ("ok", "disabled", "conflict", "broken", "unofficial", "incompatible contract", "requirement missing")
-"""Every status a :class:`PluginEntry` can have."""
+"""Every status a [`PluginEntry`][precision_base.statuses.PluginEntry] can have."""
 
 
 @dataclass(frozen=True)
 class PluginEntry:
     """One registered backend as discovery sees it.
 
-    ``status`` is one of :data:`STATUSES`; ``reason`` explains any status but ``"ok"``. ``origin`` is
+    ``status`` is one of [`STATUSES`][precision_base.statuses.STATUSES]; ``reason`` explains any status but ``"ok"``.
+    ``origin`` is
     ``"installed"`` (found through an entry point) or ``"<in-process>"`` (registered by code in this process:
     ``distribution`` and ``version`` are then only the labels that code gave).
     """
@@ -267,7 +270,8 @@ def install_command(distribution: str, extra: str, dist: Optional[metadata.Distr
 
 
 def unknown_backend_message(backend: str, known: list[str]) -> str:
-    """What :class:`UnknownBackendError` says: what is installed, the closest name, and what to install."""
+    """What [`UnknownBackendError`][precision_base.UnknownBackendError] says: what is installed, the closest name, and
+    what to install."""
     installed = ", ".join(known) if known else "none"
     msg = f"no precision plugin is registered for backend {shorten(backend)}. Installed backends: {installed}."
     close = difflib.get_close_matches(backend, sorted(set(known) | set(PUBLISHED_DISTRIBUTIONS)), n=1)

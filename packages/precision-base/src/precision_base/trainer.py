@@ -1,8 +1,9 @@
 """``precision_base.Trainer``: ``lightning.Trainer`` (``lightning.pytorch``) plus a ``precision_plugin=`` argument.
 
 Everything but ``precision_plugin`` goes to Lightning's Trainer unchanged. All checks run in ``__init__``, before
-Lightning launches any process. The ``pytorch_lightning`` counterpart is :class:`precision_base.pytorch_lightning.
-Trainer`; both are :class:`~precision_base.front_door.PrecisionPluginTrainerMixin` over the namespace's Trainer.
+Lightning launches any process. The ``pytorch_lightning`` counterpart is [`precision_base.pytorch_lightning.Trainer`][];
+both are [`PrecisionPluginTrainerMixin`][precision_base.front_door.PrecisionPluginTrainerMixin] over the namespace's
+Trainer.
 """
 
 from __future__ import annotations

@@ -10,11 +10,14 @@ The plugin owns these top-level keys of DeepSpeed's config:
   the engine runs its forward under ``torch.autocast`` and keeps fp32 parameters; ``fp16`` and ``bf16`` are then
   disabled.
 
-:func:`merge_precision_section` adds the section to a user's config. A user value that agrees with the plugin is
+[`merge_precision_section`][precision_deepspeed.config.merge_precision_section] adds the section to a user's config. A
+user value that agrees with the plugin is
 kept, a key the plugin does not mention is kept, and a value that contradicts the plugin raises
-:class:`DeepSpeedConfigConflictError` naming both sides. Nothing is silently overridden.
-:func:`write_into_config` is the one place that writes the section and the Trainer's clip value into a strategy's
-config; :mod:`precision_deepspeed.strategy` calls it once per strategy.
+[`DeepSpeedConfigConflictError`][precision_deepspeed.config.DeepSpeedConfigConflictError] naming both sides. Nothing is
+silently overridden.
+[`write_into_config`][precision_deepspeed.config.write_into_config] is the one place that writes the section and the
+Trainer's clip value into a strategy's
+config; [`precision_deepspeed.strategy`][] calls it once per strategy.
 
 This module imports neither torch nor DeepSpeed.
 """
@@ -237,7 +240,7 @@ def merge_precision_section(
 
     Args:
         user_config: the DeepSpeed config the user gave (``None`` for none).
-        section: the output of :func:`render_precision_section`.
+        section: the output of [`render_precision_section`][precision_deepspeed.config.render_precision_section].
         owner: how to name the plugin in errors, e.g. ``"deepspeed:bf16-mixed"``.
 
     Raises:
@@ -263,7 +266,7 @@ def apply_gradient_clipping(config: dict[str, Any], gradient_clip_val: Optional[
     """Write the Trainer's ``gradient_clip_val`` into ``config["gradient_clipping"]`` (in place).
 
     ``None`` leaves the config alone. A config that already clips at another value raises
-    :class:`DeepSpeedConfigConflictError` naming both values.
+    [`DeepSpeedConfigConflictError`][precision_deepspeed.config.DeepSpeedConfigConflictError] naming both values.
     """
     if gradient_clip_val is None:
         return
@@ -293,7 +296,7 @@ def write_into_config(
 
     Args:
         config: the strategy's DeepSpeed config (changed in place).
-        section: the output of :func:`render_precision_section`.
+        section: the output of [`render_precision_section`][precision_deepspeed.config.render_precision_section].
         owner: how to name the plugin in errors, e.g. ``"deepspeed:16-mixed"``.
         lightning_keys: keys of ``config`` that Lightning wrote, not the user.
         strategy_loss_scaling: fp16 knobs given to the strategy's constructor, e.g. ``{"loss_scale_window": 200}``.

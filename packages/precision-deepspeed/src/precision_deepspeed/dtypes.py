@@ -1,4 +1,5 @@
-"""What :meth:`DeepSpeedPrecision.dtypes` and ``describe`` say: the dtype table of each DeepSpeed mode, and where
+"""What [`DeepSpeedPrecision.dtypes`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl.dtypes] and ``describe``
+say: the dtype table of each DeepSpeed mode, and where
 the modules ``keep_fp32`` keeps compute and reduce.
 
 Functions of the plugin instance (its ``precision``, ``torch_autocast``, ``keep_fp32`` and

@@ -1,7 +1,10 @@
 """The errors precision-deepspeed raises at training time, and the messages both doors share.
 
-:class:`DeepSpeedPrecisionError` and :class:`DeepSpeedOverflowStormError` are what to catch. What is raised is the
-subclass :func:`error_class` builds for the plugin's Lightning namespace, which is also that namespace's
+[`DeepSpeedPrecisionError`][precision_deepspeed.errors.DeepSpeedPrecisionError] and
+[`DeepSpeedOverflowStormError`][precision_deepspeed.errors.DeepSpeedOverflowStormError] are what to catch. What is
+raised is the
+subclass [`error_class`][precision_deepspeed.errors.error_class] builds for the plugin's Lightning namespace, which is
+also that namespace's
 ``MisconfigurationException`` (``lightning.fabric``'s under ``lightning.pytorch`` and Fabric, ``lightning_fabric``'s
 under ``pytorch_lightning``), the type Lightning's own ``DeepSpeedPrecision`` raises.
 
@@ -32,14 +35,15 @@ LIGHTNING_CLIP_BY_VALUE_ERROR = "DeepSpeed does not support clipping gradients b
 
 class DeepSpeedPrecisionError(PrecisionPluginError):
     """Training cannot go on as asked under DeepSpeed (what is raised is also Lightning's
-    ``MisconfigurationException``: see :func:`error_class`)."""
+    ``MisconfigurationException``: see [`error_class`][precision_deepspeed.errors.error_class])."""
 
 
 class DeepSpeedOverflowStormError(OverflowStormError, DeepSpeedPrecisionError):
     """``max_skipped_steps`` steps in a row were skipped for inf/NaN gradients under DeepSpeed.
 
-    It is :class:`precision_base.OverflowStormError` (what the FSDP plugin raises too: catch that one), and also a
-    :class:`DeepSpeedPrecisionError`, the type this plugin raised for it before the watch was shared.
+    It is [`precision_base.OverflowStormError`][] (what the FSDP plugin raises too: catch that one), and also a
+    [`DeepSpeedPrecisionError`][precision_deepspeed.errors.DeepSpeedPrecisionError], the type this plugin raised for it
+    before the watch was shared.
     """
 
 
@@ -49,7 +53,8 @@ _lock = threading.Lock()
 
 
 class _NamespacedError(type):
-    """Metaclass of the classes :func:`error_class` builds: such a class pickles as ``error_class(base, namespace)``
+    """Metaclass of the classes [`error_class`][precision_deepspeed.errors.error_class] builds: such a class pickles as
+    ``error_class(base, namespace)``
     (it is no module attribute), so a plugin holding one (its ``max_skipped_steps`` watch) pickles too."""
 
     _lightning_namespace: str
@@ -63,7 +68,8 @@ copyreg.pickle(_NamespacedError, _reduce_class)
 
 
 def error_class(base: type[_E], namespace: str) -> type[_E]:
-    """``base`` (:class:`DeepSpeedPrecisionError` or a subclass) that is also ``namespace``'s
+    """``base`` ([`DeepSpeedPrecisionError`][precision_deepspeed.errors.DeepSpeedPrecisionError] or a subclass) that is
+    also ``namespace``'s
     ``MisconfigurationException``; ``namespace`` is a Lightning root module's name (``"lightning.pytorch"``,
     ``"pytorch_lightning"``, ``"lightning.fabric"``, ``"lightning_fabric"``). Built once per pair."""
     with _lock:

@@ -2,17 +2,21 @@
 ``DeepSpeedCPUStrategy``.
 
 One implementation, two thin adapters: the precision section of DeepSpeed's config, its conflict errors, the loss
-scaling options, ``torch_autocast``, the dtypes, the conversions, the strategy choice (:mod:`precision_deepspeed.
-selection`, for both doors) and the checkpoint record are :class:`~precision_deepspeed.implementation.
-DeepSpeedPrecisionImpl`'s. :class:`FabricDeepSpeedPrecisionImpl` adapts only what differs in Fabric's loop:
+scaling options, ``torch_autocast``, the dtypes, the conversions, the strategy choice
+([`precision_deepspeed.selection`][], for both doors) and the checkpoint record are
+[`DeepSpeedPrecisionImpl`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl]'s.
+[`FabricDeepSpeedPrecisionImpl`][precision_deepspeed.fabric.FabricDeepSpeedPrecisionImpl] adapts only what differs in
+Fabric's loop:
 ``backward`` and ``optimizer_step`` get Fabric's arguments (the engine itself, no closure), and the autocast device is
 learned from the inputs in ``convert_input`` (Fabric has no ``connect``).
 
-:class:`DeepSpeedCPUStrategy` is Fabric's ``DeepSpeedStrategy`` usable on ``accelerator="cpu"`` (gloo, DeepSpeed's
+[`DeepSpeedCPUStrategy`][precision_deepspeed.fabric.DeepSpeedCPUStrategy] is Fabric's ``DeepSpeedStrategy`` usable on
+``accelerator="cpu"`` (gloo, DeepSpeed's
 CPU accelerator), stepping around the same three CUDA-only spots as the Trainer's
-:class:`precision_deepspeed.DeepSpeedCPUStrategy`, with the same code
-(:class:`~precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl`; Fabric's private methods are replaced in
-:class:`precision_deepspeed._compat.FabricStrategyHooks`); it writes the plugin's section into its config before
+[`precision_deepspeed.DeepSpeedCPUStrategy`][], with the same code
+([`DeepSpeedCPUStrategyImpl`][precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl]; Fabric's private methods are
+replaced in
+`precision_deepspeed._compat.FabricStrategyHooks`); it writes the plugin's section into its config before
 Lightning writes defaults. On other accelerators it is Lightning's class unchanged.
 """
 
@@ -32,8 +36,10 @@ from precision_deepspeed.strategy import DeepSpeedCPUStrategyImpl
 
 
 class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
-    """All Fabric-specific code of :class:`DeepSpeedPrecision`; everything else is
-    :class:`~precision_deepspeed.implementation.DeepSpeedPrecisionImpl`'s (same arguments, dtypes and errors)."""
+    """All Fabric-specific code of [`DeepSpeedPrecision`][precision_deepspeed.fabric.DeepSpeedPrecision]; everything
+    else is
+    [`DeepSpeedPrecisionImpl`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl]'s (same arguments, dtypes and
+    errors)."""
 
     @override
     def convert_input(self, data: Any) -> Any:
@@ -57,7 +63,7 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
             precision_deepspeed.errors.DeepSpeedPrecisionError: (fp16) a step overflowed again at the lowest loss
                 scale; DeepSpeed's message first, then what to do (the Trainer class's message).
             precision_deepspeed.errors.DeepSpeedOverflowStormError: ``max_skipped_steps`` steps in a row were
-                skipped (a :class:`precision_base.OverflowStormError`).
+                skipped (a [`precision_base.OverflowStormError`][]).
         """
         result = self._step_checked(lambda: optimizer.step(**kwargs))
         if hasattr(optimizer, "was_step_applied"):  # the engine
@@ -70,28 +76,30 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
 class DeepSpeedPrecision(FabricDeepSpeedPrecisionImpl, lf.plugins.precision.DeepSpeedPrecision):  # type: ignore[misc]
     """Precision plugin for DeepSpeed under Lightning Fabric.
 
-    The same arguments, dtypes and errors as the Trainer class :class:`precision_deepspeed.DeepSpeedPrecision`.
+    The same arguments, dtypes and errors as the Trainer class [`precision_deepspeed.DeepSpeedPrecision`][].
     """
 
 
 class FabricDeepSpeedCPUStrategyImpl(DeepSpeedCPUStrategyImpl, _compat.FabricStrategyHooks):
-    """What the Fabric :class:`DeepSpeedCPUStrategy` adds to :class:`~precision_deepspeed.strategy.
-    DeepSpeedCPUStrategyImpl`: the names :func:`~precision_deepspeed.strategy.write_plugin_config` reads."""
+    """What the Fabric [`DeepSpeedCPUStrategy`][precision_deepspeed.fabric.DeepSpeedCPUStrategy] adds to
+    [`DeepSpeedCPUStrategyImpl`][precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl]: the names
+    [`write_plugin_config`][precision_deepspeed.strategy.write_plugin_config] reads."""
 
     @property
     def precision_plugin(self) -> Any:
-        """The precision plugin (Fabric calls it ``precision``); :func:`write_plugin_config` reads this name."""
+        """The precision plugin (Fabric calls it ``precision``); `write_plugin_config` reads this name."""
         return self.precision
 
     @property
     def lightning_module(self) -> None:
-        """Fabric has no LightningModule (and no Trainer ``gradient_clip_val``); :func:`write_plugin_config` asks."""
+        """Fabric has no LightningModule (and no Trainer ``gradient_clip_val``); `write_plugin_config` asks."""
         return None
 
 
 class DeepSpeedCPUStrategy(FabricDeepSpeedCPUStrategyImpl, _FabricDeepSpeedStrategy):
     """Lightning Fabric's ``DeepSpeedStrategy``, usable with ``accelerator="cpu"``; takes every argument of
-    ``lightning.fabric.strategies.DeepSpeedStrategy``. See :class:`FabricDeepSpeedCPUStrategyImpl`."""
+    ``lightning.fabric.strategies.DeepSpeedStrategy``. See
+    [`FabricDeepSpeedCPUStrategyImpl`][precision_deepspeed.fabric.FabricDeepSpeedCPUStrategyImpl]."""
 
 
 __all__ = [

@@ -1,10 +1,11 @@
 """``DeepSpeedPrecisionImpl``: all code of both ``DeepSpeedPrecision`` classes, in a mixin without Lightning bases.
 
-The concrete classes (:mod:`precision_deepspeed.plugin` for the Trainer, :mod:`precision_deepspeed.fabric` for
-Fabric) list this mixin (Fabric's through :class:`~precision_deepspeed.fabric.FabricDeepSpeedPrecisionImpl`) and
+The concrete classes ([`precision_deepspeed.plugin`][] for the Trainer, [`precision_deepspeed.fabric`][] for
+Fabric) list this mixin (Fabric's through
+[`FabricDeepSpeedPrecisionImpl`][precision_deepspeed.fabric.FabricDeepSpeedPrecisionImpl]) and
 Lightning's ``DeepSpeedPrecision`` as bases and nothing else, so ``precision_base.namespaces.for_namespace`` builds
 the same class for ``pytorch_lightning``. Namespace-specific classes are reached through ``self.lightning``;
-Lightning's methods through ``super()``, its private ones through :mod:`precision_deepspeed._compat`.
+Lightning's methods through ``super()``, its private ones through `precision_deepspeed._compat`.
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ def deepspeed_has_torch_autocast() -> bool:
 
 
 class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
-    """All code of :class:`~precision_deepspeed.plugin.DeepSpeedPrecision` (and of Fabric's); it has no Lightning
+    """All code of [`DeepSpeedPrecision`][precision_deepspeed.plugin.DeepSpeedPrecision] (and of Fabric's); it has no
+    Lightning
     base and reaches Lightning through ``super()``.
 
-    See :class:`~precision_deepspeed.plugin.DeepSpeedPrecision` for the arguments and the dtypes. The training-step
-    hooks are :class:`~precision_deepspeed.steps.DeepSpeedStepsImpl`'s.
+    See [`DeepSpeedPrecision`][precision_deepspeed.plugin.DeepSpeedPrecision] for the arguments and the dtypes. The
+    training-step
+    hooks are [`DeepSpeedStepsImpl`][precision_deepspeed.steps.DeepSpeedStepsImpl]'s.
     """
 
     backend: ClassVar[str] = "deepspeed"
@@ -161,13 +164,15 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
 
         ``"auto"``, ``"deepspeed"`` and Lightning's ``"deepspeed_stage_*"`` names become a strategy instance: on the
         CPU (``accelerator="cpu"``, or ``"auto"`` with no CUDA device visible) the door's DeepSpeed CPU strategy
-        (:class:`~precision_deepspeed.strategy.DeepSpeedCPUStrategy`, Fabric's
-        :class:`~precision_deepspeed.fabric.DeepSpeedCPUStrategy`); off the CPU Lightning's ``DeepSpeedStrategy``
+        ([`DeepSpeedCPUStrategy`][precision_deepspeed.strategy.DeepSpeedCPUStrategy], Fabric's
+        [`DeepSpeedCPUStrategy`][precision_deepspeed.fabric.DeepSpeedCPUStrategy]); off the CPU Lightning's
+        ``DeepSpeedStrategy``
         for the Trainer and Fabric's CPU strategy (Lightning's class unchanged there) for Fabric. A
-        ``DeepSpeedStrategy`` instance is kept. Anything else raises :class:`~precision_base.TrainerConfigurationError`
+        ``DeepSpeedStrategy`` instance is kept. Anything else raises
+        [`TrainerConfigurationError`][precision_base.TrainerConfigurationError]
         saying what to pass. The plugin's section is written into the strategy's config later, once
-        (:func:`precision_deepspeed.strategy.write_plugin_config`);
-        see :func:`precision_deepspeed.selection.resolve_strategy`.
+        ([`precision_deepspeed.strategy.write_plugin_config`][]);
+        see [`precision_deepspeed.selection.resolve_strategy`][].
         """
         return resolve_strategy(  # type: ignore[no-any-return]
             strategy,
@@ -180,7 +185,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
     @override
     def dtypes(self) -> DtypeTable:
         """The dtype of parameters, compute, gradient reduction, buffers and inputs under this plugin
-        (:func:`precision_deepspeed.dtypes.dtype_table`)."""
+        ([`precision_deepspeed.dtypes.dtype_table`][])."""
         return dtype_table(self)
 
     # -- conversions and contexts -----------------------------------------------------------------------
@@ -190,7 +195,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         Kept modules (``keep_fp32``, and the default rules of ``keep_fp32_defaults``) get their float32 forward first:
         autocast off and float32 inputs under ``torch_autocast``; in DeepSpeed's native mode also float32 copies of
         their parameters inside the forward and outputs cast back to the precision's dtype
-        (:func:`precision_deepspeed.keep_fp32.install_fp32_compute`).
+        ([`precision_deepspeed.keep_fp32.install_fp32_compute`][]).
 
         Raises:
             precision_base.doors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
@@ -218,7 +223,8 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
 
     @override
     def module_init_context(self) -> AbstractContextManager[Any]:
-        """Like :meth:`tensor_init_context`, for module parameters."""
+        """Like [`tensor_init_context`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl.tensor_init_context],
+        for module parameters."""
         return self.tensor_init_context()
 
     @override
@@ -230,12 +236,14 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
 
     @override
     def train_step_context(self) -> AbstractContextManager[Any]:  # type: ignore[override]
-        """:meth:`forward_context` itself (Lightning wraps it in a generator context manager: ~1.5 us a step)."""
+        """[`forward_context`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl.forward_context] itself
+        (Lightning wraps it in a generator context manager: ~1.5 us a step)."""
         return self.forward_context()
 
     @override
     def convert_output(self, data: Any) -> Any:
-        """Floating tensors -> ``torch.get_default_dtype()``, as the contract's :meth:`convert_output` (without its
+        """Floating tensors -> ``torch.get_default_dtype()``, as the contract's
+        [`convert_output`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl.convert_output] (without its
         per-call imports: this runs every step)."""
         return cast_floating(data, torch.get_default_dtype())
 
@@ -245,7 +253,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         """Bind the device, and make sure the strategy's DeepSpeed config carries the plugin's section.
 
         With Lightning's own ``DeepSpeedStrategy`` this is where the section and the Trainer's ``gradient_clip_val``
-        are written (:func:`precision_deepspeed.strategy.write_plugin_config`; Lightning has written its defaults by
+        are written ([`precision_deepspeed.strategy.write_plugin_config`][]; Lightning has written its defaults by
         then and they give way); a ``DeepSpeedCPUStrategy`` has written them already.
         """
         result = super().connect(model, optimizers, lr_schedulers)
@@ -271,7 +279,8 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
 
         Lightning calls this after the strategy restored the engine, so it catches what DeepSpeed's loader lets
         through (fp16 <-> fp32, torch_autocast <-> fp32) with Lightning's own ``DeepSpeedStrategy`` and single-file
-        checkpoints; :class:`~precision_deepspeed.strategy.DeepSpeedCPUStrategy` checks before DeepSpeed loads.
+        checkpoints; [`DeepSpeedCPUStrategy`][precision_deepspeed.strategy.DeepSpeedCPUStrategy] checks before DeepSpeed
+        loads.
 
         Raises:
             precision_deepspeed.resume.CheckpointPrecisionError: the recorded DeepSpeed mode differs.
@@ -287,7 +296,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
 
     @override
     def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
-        """What :class:`precision_base.PrecisionMonitor` logs, read from the DeepSpeed engine of ``strategy``:
+        """What [`precision_base.PrecisionMonitor`][] logs, read from the DeepSpeed engine of ``strategy``:
         ``loss_scale`` (fp16 precisions: the scale DeepSpeed multiplies the loss by, its ``torch.amp.GradScaler``'s
         where the engine has one, else its loss scaler's), ``skipped_steps`` and ``nonfinite_grad_steps``
         (cumulative steps DeepSpeed skipped for inf/NaN gradients: fp16 overflow, bf16 ``check_grad_overflow``) and
@@ -312,11 +321,12 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         self, precision: str, strategy: Any = None, current: Optional[str] = None
     ) -> Optional[str]:
         """Why this plugin cannot switch to ``precision`` during a run: DeepSpeed's engine fixes the precision when
-        ``deepspeed.initialize`` builds it (:data:`precision_deepspeed.switch.REASON`)."""
+        ``deepspeed.initialize`` builds it ([`precision_deepspeed.switch.REASON`][])."""
         return switch.problem(self.precision if current is None else current, precision)
 
     def switch_precision(self, precision: str, model: Any = None) -> None:
-        """Refused: see :meth:`precision_switch_problem`.
+        """Refused: see
+        [`precision_switch_problem`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl.precision_switch_problem].
 
         Raises:
             DeepSpeedPrecisionError: always, for another precision than this one.

@@ -1,7 +1,7 @@
 """Per-module precision under DeepSpeed: ``keep_fp32=`` with ``torch_autocast=True``.
 
 ``DeepSpeedPrecision("bf16-mixed", torch_autocast=True, keep_fp32=("lm_head", torch.nn.LayerNorm))``: modules matched
-as :mod:`precision_base.keep_fp32` says (qualified-name patterns relative to the LightningModule, or classes) are
+as [`precision_base.keep_fp32`][] says (qualified-name patterns relative to the LightningModule, or classes) are
 *kept*. In DeepSpeed's ``torch_autocast`` mode the module's parameters stay float32 anyway; for a kept module (and
 everything inside it) ``torch.autocast`` is off and floating inputs are cast to float32, so it computes in float32,
 and its float32 outputs reach the rest of the model, where autocast casts them as each op needs.
@@ -16,7 +16,7 @@ inside ``deepspeed.initialize`` and flatten every parameter into half-precision 
 modules in float32, so ``keep_fp32`` there is refused at construction, naming ``torch_autocast=True``.
 
 **Kept by default under ``*-mixed``** (both modes), by the rule the FSDP plugin follows too
-(:class:`precision_base.keep_fp32.KeepFP32` with ``running_stats=True`` and ``hf_dtype``): layers whose running
+([`precision_base.keep_fp32.KeepFP32`][] with ``running_stats=True`` and ``hf_dtype``): layers whose running
 statistics are float buffers (``BatchNorm*``, ``SyncBatchNorm``, tracked ``InstanceNorm*``) and the modules a Hugging
 Face model declares float32 (``_keep_in_fp32_modules_strict``; also ``_keep_in_fp32_modules`` under ``16-mixed``).
 DeepSpeed leaves buffers in their dtype (``data_types.buffer_dtype`` unset) but casts parameters: a BatchNorm would
@@ -25,7 +25,8 @@ BFloat16 but found Float"). So:
 
 * ``torch_autocast=True``: the float32 forward above (parameters are float32 already);
 * native mode: the module *computes* in float32: floating inputs are cast to float32, each parameter inside is
-  read as a float32 copy of DeepSpeed's fp16/bf16 working copy for the forward (:func:`install_fp32_compute`; its
+  read as a float32 copy of DeepSpeed's fp16/bf16 working copy for the forward
+  ([`install_fp32_compute`][precision_deepspeed.keep_fp32.install_fp32_compute]; its
   gradient flows back to that copy, the optimizer keeps the float32 master), the running statistics stay and are
   updated in float32, and the floating outputs are cast back to the half dtype for the modules that follow.
 """
@@ -116,7 +117,8 @@ def install_kept(
     """Install the float32 forward on every outermost kept module under ``root``; the kept modules' names.
 
     ``native``: the half dtype of DeepSpeed's native mode (its parameters are cast to it): install
-    :func:`install_fp32_compute` instead; ``None`` (torch_autocast mode): the autocast-off float32 forward.
+    [`install_fp32_compute`][precision_deepspeed.keep_fp32.install_fp32_compute] instead; ``None`` (torch_autocast
+    mode): the autocast-off float32 forward.
     """
     found = keep.kept(root)
     for _name, module, entry in found:
@@ -132,10 +134,10 @@ def install_fp32_compute(
 ) -> None:
     """Make ``module`` (and everything inside it) compute in float32 although DeepSpeed casts its parameters.
 
-    ``module`` gets the shared float32 forward (:func:`precision_base.keep_fp32.install_fp32_forward`: floating
+    ``module`` gets the shared float32 forward ([`precision_base.keep_fp32.install_fp32_forward`][]: floating
     inputs cast to float32, autocast off) with its floating outputs cast to ``out_dtype``; every module inside it
     (``module`` included) that owns floating parameters runs its ``forward`` with float32 copies of them
-    (:func:`precision_deepspeed._compat.forward_with_fp32_parameters`: taken inside ``forward``, after DeepSpeed's
+    (`precision_deepspeed._compat.forward_with_fp32_parameters`: taken inside ``forward``, after DeepSpeed's
     hooks have gathered ZeRO-3 parameters). Idempotent.
     """
     if is_kept(module):

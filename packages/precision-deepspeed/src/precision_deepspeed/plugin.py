@@ -3,19 +3,21 @@
 The class keeps Lightning's name and public API, so Lightning's ``DeepSpeedStrategy`` accepts it and checkpoints
 stay portable between this plugin and Lightning's built-in. What it adds:
 
-* the precision section of DeepSpeed's config is the plugin's (:mod:`precision_deepspeed.config`): fp16 with
+* the precision section of DeepSpeed's config is the plugin's ([`precision_deepspeed.config`][]): fp16 with
   dynamic loss scaling and all its knobs, bf16, or torch autocast inside the engine; a user config that
   contradicts it is an error naming both, never silently overridden;
 * the Trainer's ``gradient_clip_val`` reaches DeepSpeed's ``gradient_clipping``, and a contradiction is an error;
 * ``precision_base.Trainer(precision_plugin="deepspeed:...", accelerator="cpu")`` picks a DeepSpeed strategy that
-  runs on DeepSpeed's CPU accelerator (:class:`~precision_deepspeed.strategy.DeepSpeedCPUStrategy`);
+  runs on DeepSpeed's CPU accelerator ([`DeepSpeedCPUStrategy`][precision_deepspeed.strategy.DeepSpeedCPUStrategy]);
 * ``convert_output`` returns floating outputs in the default dtype;
 * Lightning's own ``DeepSpeedStrategy`` (what GPU users pass) gets the plugin's section with every option: the
   defaults Lightning writes first are told apart from the user's config;
 * the same code serves ``lightning.pytorch`` and ``pytorch_lightning``: everything lives in
-  :class:`DeepSpeedPrecisionImpl`, and ``precision_base.namespaces.for_namespace(DeepSpeedPrecision,
+  [`DeepSpeedPrecisionImpl`][precision_deepspeed.plugin.DeepSpeedPrecisionImpl], and
+  ``precision_base.namespaces.for_namespace(DeepSpeedPrecision,
   "pytorch_lightning")`` builds the class for the other namespace;
-* :meth:`DeepSpeedPrecision.dtypes` states the dtype of each thing the plugin governs.
+* [`DeepSpeedPrecision.dtypes`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl.dtypes] states the dtype of
+  each thing the plugin governs.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, pl.plugins.precision.DeepSpeedP
 
     With ``torch_autocast=True`` (``bf16-mixed``, DeepSpeed releases with a ``torch_autocast`` section) the module
     stays fp32, inputs stay fp32, and forward runs under ``torch.autocast`` in bf16. ``16-mixed`` with
-    ``torch_autocast=True`` is refused (:func:`autocast_fp16_refusal` says why).
+    ``torch_autocast=True`` is refused ([`autocast_fp16_refusal`][precision_deepspeed.plugin.autocast_fp16_refusal] says
+    why).
 
     Args:
         precision: ``"32-true"``, ``"16-true"``, ``"bf16-true"``, ``"16-mixed"`` or ``"bf16-mixed"`` (or Lightning's
@@ -53,15 +56,16 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, pl.plugins.precision.DeepSpeedP
         torch_autocast: run the engine's forward under ``torch.autocast`` and keep fp32 parameters (mixed only).
         autocast_lower_precision_safe_modules: with ``torch_autocast``, ``"package.Class"`` names of modules whose
             parameters DeepSpeed communicates in the autocast dtype.
-        max_skipped_steps: stop with :class:`precision_base.OverflowStormError` (here
-            :class:`DeepSpeedOverflowStormError`, also a :class:`DeepSpeedPrecisionError`) after this many optimizer
+        max_skipped_steps: stop with [`precision_base.OverflowStormError`][] (here
+            [`DeepSpeedOverflowStormError`][precision_deepspeed.plugin.DeepSpeedOverflowStormError], also a
+            [`DeepSpeedPrecisionError`][precision_deepspeed.plugin.DeepSpeedPrecisionError]) after this many optimizer
             steps in a row that DeepSpeed skipped for non-finite gradients (``engine.was_step_applied()`` false: fp16
             overflows; bf16 with DeepSpeed's ``check_grad_overflow``, on by default in 0.19.8 and turned on by the
             plugin where it is off by default; DeepSpeed before 0.17 never skips a bf16 step), warning
             (``RuntimeWarning``) at half of it. Default 50, the FSDP plugin's too; ``None`` never stops.
         keep_fp32: with ``torch_autocast=True``: modules (qualified-name patterns relative to the LightningModule,
             and/or ``torch.nn.Module`` classes) that compute in float32 with autocast off inside; see
-            :mod:`precision_deepspeed.keep_fp32`. Refused without ``torch_autocast`` (DeepSpeed's native modes cast
+            [`precision_deepspeed.keep_fp32`][]. Refused without ``torch_autocast`` (DeepSpeed's native modes cast
             the whole module).
         keep_fp32_defaults: also keep in float32, without naming them (the FSDP plugin's rule): under ``*-mixed``
             every layer whose running statistics are float buffers (BatchNorm, SyncBatchNorm, InstanceNorm with

@@ -14,7 +14,7 @@ What a checkpoint was saved with comes from two places, so checkpoints of Lightn
 * the plugin's state (``{"precision": ..., "deepspeed_config_section": ...}``), which Lightning files in the
   checkpoint under the class name ``DeepSpeedPrecision``; Lightning's built-in class ignores it when loading.
 
-Imports torch only inside :func:`saved_precision`.
+Imports torch only inside [`saved_precision`][precision_deepspeed.resume.saved_precision].
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class SavedPrecision:
     """What a DeepSpeed checkpoint was saved with.
 
     Attributes:
-        mode: DeepSpeed's precision mode (see :func:`engine_mode`).
+        mode: DeepSpeed's precision mode (see [`engine_mode`][precision_deepspeed.resume.engine_mode]).
         precision: the plugin's precision when the plugin recorded it, else ``None`` (e.g. Lightning's built-in).
     """
 

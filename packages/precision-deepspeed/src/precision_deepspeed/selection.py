@@ -1,13 +1,13 @@
 """Which DeepSpeed strategy a Trainer or Fabric gets for ``"deepspeed:..."`` (the plugin's ``configure_strategy``).
 
 One choice for both doors, given the namespace: ``lightning.pytorch``/``pytorch_lightning`` choose among the
-Trainer's strategies (:class:`precision_deepspeed.strategy.DeepSpeedCPUStrategy`), ``lightning.fabric``/
-``lightning_fabric`` among Fabric's (:class:`precision_deepspeed.fabric.DeepSpeedCPUStrategy`). What differs per
-door is data (:class:`_Door`): the CPU strategy, the class names in the messages, whether a strategy name off the CPU
+Trainer's strategies ([`precision_deepspeed.strategy.DeepSpeedCPUStrategy`][]), ``lightning.fabric``/
+``lightning_fabric`` among Fabric's ([`precision_deepspeed.fabric.DeepSpeedCPUStrategy`][]). What differs per
+door is data (`_Door`): the CPU strategy, the class names in the messages, whether a strategy name off the CPU
 builds Lightning's class, and whether the plugin's section goes into Lightning's own class now (Fabric has no
 ``connect`` to write it later).
 
-Imports :mod:`precision_deepspeed.strategy`, never the plugin: implementation -> selection -> strategy -> config.
+Imports [`precision_deepspeed.strategy`][], never the plugin: implementation -> selection -> strategy -> config.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def resolve_strategy(strategy: Any, *, accelerator: Any, plugin: SectionOwner, n
     door's DeepSpeed CPU strategy; off the CPU Lightning's ``DeepSpeedStrategy`` for the Trainer, the CPU strategy
     for Fabric); a DeepSpeed strategy instance is kept. The config the user gave is checked against the plugin's
     section here, so a contradiction fails when the Trainer (or Fabric) is built; the section itself is written
-    later, once, by :func:`precision_deepspeed.strategy.write_plugin_config` (for Fabric, into Lightning's own
+    later, once, by [`precision_deepspeed.strategy.write_plugin_config`][] (for Fabric, into Lightning's own
     class now: it formats its config where nothing of the plugin runs).
 
     Args:

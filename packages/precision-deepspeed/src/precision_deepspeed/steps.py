@@ -1,10 +1,11 @@
 """``DeepSpeedStepsImpl``: the training-step hooks of both ``DeepSpeedPrecision`` classes, a mixin without Lightning
-bases (:class:`~precision_deepspeed.implementation.DeepSpeedPrecisionImpl` derives from it).
+bases ([`DeepSpeedPrecisionImpl`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl] derives from it).
 
 DeepSpeed's engine runs backward (loss scaling, gradient partitioning and reduction), the optimizer step and
 clipping by norm; the hooks here hand each to it, turn DeepSpeed's "overflow at the lowest loss scale" into a
-:class:`~precision_deepspeed.errors.DeepSpeedPrecisionError` (one wording for the Trainer and Fabric), and record
-every optimizer step in the shared ``max_skipped_steps`` watch (:class:`precision_base.overflow.OverflowWatch`):
+[`DeepSpeedPrecisionError`][precision_deepspeed.errors.DeepSpeedPrecisionError] (one wording for the Trainer and
+Fabric), and record
+every optimizer step in the shared ``max_skipped_steps`` watch ([`precision_base.overflow.OverflowWatch`][]):
 skipped when ``engine.was_step_applied()`` is false, or DeepSpeed's own optimizer flagged an overflow (what Fabric
 steps).
 """
@@ -44,7 +45,8 @@ else:
 class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
     """``backward``, ``optimizer_step`` and ``clip_gradients`` through DeepSpeed's engine, and the skipped-step watch.
 
-    The attributes below are set by :class:`~precision_deepspeed.implementation.DeepSpeedPrecisionImpl`.
+    The attributes below are set by
+    [`DeepSpeedPrecisionImpl`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl].
     """
 
     loss_scaling: LossScaling
@@ -117,7 +119,7 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
 
         Raises:
             DeepSpeedPrecisionError: (fp16) a step overflowed again at the lowest loss scale: DeepSpeed's own message
-                first, then what to do (:func:`precision_deepspeed.errors.min_loss_scale_error`).
+                first, then what to do ([`precision_deepspeed.errors.min_loss_scale_error`][]).
         """
         try:
             with torch.no_grad():
@@ -134,11 +136,12 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
 
     def _count_skipped_step(self, engine: Any) -> None:
         """After ``engine.step()``: record whether DeepSpeed applied the step (``engine.was_step_applied()``, read at
-        gradient-accumulation boundaries only) in the shared watch (:mod:`precision_base.overflow`).
+        gradient-accumulation boundaries only) in the shared watch ([`precision_base.overflow`][]).
 
         Raises:
             DeepSpeedOverflowStormError: ``max_skipped_steps`` steps in a row were skipped (an
-                :class:`~precision_base.OverflowStormError`); a ``RuntimeWarning`` comes at half the limit.
+                [`OverflowStormError`][precision_base.OverflowStormError]); a ``RuntimeWarning`` comes at half the
+                limit.
         """
         skipped = _compat.engine_step_skipped(engine)
         if skipped is None:
@@ -147,7 +150,7 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
         self._overflow.after_step(skipped, scale, self.spec)
 
     def _count_skipped_optimizer_step(self, optimizer: Any) -> None:
-        """Like :meth:`_count_skipped_step`, for DeepSpeed's optimizer stepped on its own (Lightning Fabric steps the
+        """Like `_count_skipped_step`, for DeepSpeed's optimizer stepped on its own (Lightning Fabric steps the
         engine's ZeRO/fp16 optimizer, not the engine): skipped when it flagged an overflow."""
         scale = _compat.optimizer_loss_scale(optimizer) if self.precision in HALF_PRECISIONS else None
         self._overflow.after_step(_compat.optimizer_overflowed(optimizer), scale, self.spec)

@@ -1,23 +1,27 @@
 """The one place the plugin's DeepSpeed config section reaches a strategy, and a DeepSpeed strategy for the CPU.
 
-:func:`write_plugin_config` merges the precision plugin's section (:mod:`precision_deepspeed.config`) and the
+[`write_plugin_config`][precision_deepspeed.strategy.write_plugin_config] merges the precision plugin's section
+([`precision_deepspeed.config`][]) and the
 Trainer's ``gradient_clip_val`` into a DeepSpeed strategy's ``config``, once per strategy:
 
-* in :class:`DeepSpeedCPUStrategy`, from its ``_format_config``, *before* Lightning writes its defaults (so ZeRO-3's
+* in [`DeepSpeedCPUStrategy`][precision_deepspeed.strategy.DeepSpeedCPUStrategy], from its ``_format_config``, *before*
+  Lightning writes its defaults (so ZeRO-3's
   ``deepspeed.zero.Init`` already sees the section);
 * in Lightning's own ``DeepSpeedStrategy`` (what users on GPUs pass), from the plugin's ``connect``, which Lightning
   calls after it wrote its defaults: the keys Lightning added are told apart from the user's
-  (:func:`precision_deepspeed._compat.lightning_written_keys`) and give way to the plugin's section. Conflicts are
+  (`precision_deepspeed._compat.lightning_written_keys`) and give way to the plugin's section. Conflicts are
   looked for only in what the user wrote.
 
 Lightning's ``DeepSpeedStrategy`` refuses the CPU in three places: ``setup_environment`` requires a
 ``CUDAAccelerator``; ``setup_distributed`` validates device indices, which are ``None`` for CPU devices; and the
 engine is created with ``device_rank=root_device.index`` (``None`` on CPU), which DeepSpeed compares with 0.
-:class:`DeepSpeedCPUStrategy` steps around these three when its accelerator is a CPU accelerator, and is Lightning's
+[`DeepSpeedCPUStrategy`][precision_deepspeed.strategy.DeepSpeedCPUStrategy] steps around these three when its
+accelerator is a CPU accelerator, and is Lightning's
 ``DeepSpeedStrategy`` unchanged on any other accelerator. DeepSpeed picks its CPU accelerator itself when no GPU is
-visible, and gloo for the collectives. Its code, :class:`DeepSpeedCPUStrategyImpl`, is also that of Fabric's
-:class:`precision_deepspeed.fabric.DeepSpeedCPUStrategy`; the private Lightning methods each door's strategy replaces
-are held in :mod:`precision_deepspeed._compat.strategies`.
+visible, and gloo for the collectives. Its code,
+[`DeepSpeedCPUStrategyImpl`][precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl], is also that of Fabric's
+[`precision_deepspeed.fabric.DeepSpeedCPUStrategy`][]; the private Lightning methods each door's strategy replaces
+are held in `precision_deepspeed._compat.strategies`.
 """
 
 from __future__ import annotations
@@ -69,7 +73,8 @@ _WRITTEN = "_precision_deepspeed_section_written"
 
 @runtime_checkable
 class SectionOwner(Protocol):
-    """What :func:`write_plugin_config` needs of a precision plugin (``DeepSpeedPrecision`` of either namespace)."""
+    """What [`write_plugin_config`][precision_deepspeed.strategy.write_plugin_config] needs of a precision plugin
+    (``DeepSpeedPrecision`` of either namespace)."""
 
     precision: str
 
@@ -135,7 +140,8 @@ def _check_zero3_parameters(strategy: Any, owner: str, mode: str) -> None:
 
 
 def section_written(strategy: Any) -> bool:
-    """Whether :func:`write_plugin_config` has written into ``strategy``'s config."""
+    """Whether [`write_plugin_config`][precision_deepspeed.strategy.write_plugin_config] has written into ``strategy``'s
+    config."""
     return bool(getattr(strategy, _WRITTEN, False))
 
 
@@ -143,7 +149,7 @@ def announce_cpu_op_build(global_rank: int, namespace: str) -> Optional[str]:
     """Log, on rank 0 at INFO under ``<namespace>.precision_deepspeed``, that DeepSpeed is about to compile its CPU
     communication op (the first DeepSpeed run on a machine is otherwise silent for a minute or two). Call it just
     before ``deepspeed.init_distributed`` on a CPU accelerator. Returns the message, or ``None`` when nothing will be
-    compiled (see :func:`precision_deepspeed._compat.cpu_comm_op_build`)."""
+    compiled (see `precision_deepspeed._compat.cpu_comm_op_build`)."""
     import logging
 
     pending = _compat.cpu_comm_op_build()
@@ -164,9 +170,10 @@ def guard_resume(strategy: Any, plugin: Any) -> None:
     loader runs, a checkpoint saved under another DeepSpeed precision mode while training resumes.
 
     Wraps ``strategy.load_checkpoint`` on that instance only (once), so Lightning's class is untouched; a
-    :class:`DeepSpeedCPUStrategy` checks in its own ``load_checkpoint`` and is left alone. Also wraps the instance's
+    [`DeepSpeedCPUStrategy`][precision_deepspeed.strategy.DeepSpeedCPUStrategy] checks in its own ``load_checkpoint``
+    and is left alone. Also wraps the instance's
     ``_initialize_deepspeed_inference`` so that evaluation after ``fit`` removes only DeepSpeed's module hooks, as
-    :class:`DeepSpeedCPUStrategy` does. Without this, resuming a
+    [`DeepSpeedCPUStrategy`][precision_deepspeed.strategy.DeepSpeedCPUStrategy] does. Without this, resuming a
     bf16 checkpoint under fp32/fp16 (or the reverse) fails in DeepSpeed with a raw ``FileNotFoundError`` about
     ``bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt``.
 
@@ -189,9 +196,10 @@ def guard_resume(strategy: Any, plugin: Any) -> None:
 
 
 class DeepSpeedCPUStrategyImpl(_StrategyBase):
-    """All code both DeepSpeed CPU strategies share (the Trainer's :class:`DeepSpeedCPUStrategy` and Fabric's
-    :class:`precision_deepspeed.fabric.DeepSpeedCPUStrategy`); the private Lightning methods each door's strategy
-    replaces are in :mod:`precision_deepspeed._compat.strategies` and hand over to the methods here."""
+    """All code both DeepSpeed CPU strategies share (the Trainer's
+    [`DeepSpeedCPUStrategy`][precision_deepspeed.strategy.DeepSpeedCPUStrategy] and Fabric's
+    [`precision_deepspeed.fabric.DeepSpeedCPUStrategy`][]); the private Lightning methods each door's strategy
+    replaces are in `precision_deepspeed._compat.strategies` and hand over to the methods here."""
 
     _engine_rank_scope: bool = False
 
@@ -226,7 +234,7 @@ class DeepSpeedCPUStrategyImpl(_StrategyBase):
 
     @contextlib.contextmanager
     def engine_rank(self) -> Iterator[None]:
-        """Within the block (``deepspeed.initialize``), on CPU, :attr:`root_device` carries the local rank."""
+        """Within the block (``deepspeed.initialize``), on CPU, `root_device` carries the local rank."""
         self._engine_rank_scope = self.on_cpu()
         try:
             yield
@@ -234,12 +242,14 @@ class DeepSpeedCPUStrategyImpl(_StrategyBase):
             self._engine_rank_scope = False
 
     def before_format_config(self) -> None:
-        """Before Lightning formats the config: the plugin's section goes in (:func:`write_plugin_config`)."""
+        """Before Lightning formats the config: the plugin's section goes in
+        ([`write_plugin_config`][precision_deepspeed.strategy.write_plugin_config])."""
         write_plugin_config(self)
 
 
 class TrainerDeepSpeedCPUStrategyImpl(DeepSpeedCPUStrategyImpl, _compat.TrainerStrategyHooks):
-    """What the Trainer's CPU strategy adds to :class:`DeepSpeedCPUStrategyImpl`: its distributed setup and the
+    """What the Trainer's CPU strategy adds to
+    [`DeepSpeedCPUStrategyImpl`][precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl]: its distributed setup and the
     resume check before DeepSpeed's loader."""
 
     @override
@@ -269,8 +279,8 @@ class DeepSpeedCPUStrategy(TrainerDeepSpeedCPUStrategyImpl, DeepSpeedStrategy): 
 
     Takes every argument of ``lightning.pytorch.strategies.DeepSpeedStrategy``. On a non-CPU accelerator it
     behaves like Lightning's class, except that evaluation after ``fit`` keeps the model's own (non-DeepSpeed)
-    module hooks (see :meth:`precision_deepspeed._compat.TrainerStrategyHooks._initialize_deepspeed_inference`).
-    When its precision plugin is a :class:`precision_deepspeed.DeepSpeedPrecision`, the plugin's precision section
+    module hooks (see `precision_deepspeed._compat.TrainerStrategyHooks._initialize_deepspeed_inference`).
+    When its precision plugin is a [`precision_deepspeed.DeepSpeedPrecision`][], the plugin's precision section
     is merged into the config before Lightning formats it, so ZeRO-3's ``deepspeed.zero.Init`` already sees it.
     """
 

@@ -1,4 +1,4 @@
-"""Why a DeepSpeed run cannot change precision mid-run (:class:`precision_base.PrecisionSchedule` asks).
+"""Why a DeepSpeed run cannot change precision mid-run ([`precision_base.PrecisionSchedule`][] asks).
 
 DeepSpeed fixes a run's precision inside ``deepspeed.initialize``, when it builds the engine (deepspeed 0.19.8,
 ``deepspeed/runtime/engine.py``): ``DeepSpeedEngine._configure_distributed_model`` casts the module's parameters to
@@ -8,7 +8,7 @@ the config's fp16/bf16 dtype, and ``DeepSpeedEngine._configure_optimizer`` wraps
 ``single_partition_of_fp32_groups``). The engine has no call that changes either afterwards, and the fp16/bf16 choice
 also picks the loss scaler. A switch would mean a new engine and the optimizer state moved into it by hand; even a
 checkpoint does not carry it across, since the optimizer state is written in the layout of its precision mode
-(:mod:`precision_deepspeed.resume` refuses a resume under another mode).
+([`precision_deepspeed.resume`][] refuses a resume under another mode).
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ REASON: Final[str] = (
     "Train under one DeepSpeed precision per run (a new run under another one can load the weights only: the "
     "optimizer state is saved in its precision mode's layout), or use FSDP2 (fsdp:*), which switches mid-run"
 )
-"""What :func:`problem` answers for every target."""
+"""What [`problem`][precision_deepspeed.switch.problem] answers for every target."""
 
 
 def problem(current: str, precision: str) -> Optional[str]:
-    """Why a DeepSpeed run under ``current`` cannot switch to ``precision``: always :data:`REASON` (``None`` only for
+    """Why a DeepSpeed run under ``current`` cannot switch to ``precision``: always
+    [`REASON`][precision_deepspeed.switch.REASON] (``None`` only for
     a switch to the same precision)."""
     return None if precision == current else REASON

@@ -2,7 +2,7 @@
 
 The requirements (torch, Lightning) are not repeated here: the registry reads them from this distribution's own
 metadata (``Requires-Dist``, from pyproject.toml) before it imports the plugin class. The extra precisions and the
-extra they need come from the float8 feature's one declaration (:data:`precision_fsdp.recipes.FLOAT8`).
+extra they need come from the float8 feature's one declaration ([`precision_fsdp.recipes.FLOAT8`][]).
 """
 
 from precision_base import PluginInfo

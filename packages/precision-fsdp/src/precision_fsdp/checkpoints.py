@@ -1,9 +1,11 @@
-"""What the FSDP plugin writes to and reads from a checkpoint: :class:`CheckpointMixin`.
+"""What the FSDP plugin writes to and reads from a checkpoint:
+[`CheckpointMixin`][precision_fsdp.checkpoints.CheckpointMixin].
 
 The plugin state is the loss scaler's (``16-mixed``), with the keys of Lightning's built-in ``FSDPPrecision``, so
 checkpoints move between both classes; the precision is recorded beside it and compared on resume
-(:mod:`precision_fsdp.resume` says what a change of precision keeps, drops or refuses). A base of
-:class:`~precision_fsdp.implementation.FSDPPrecisionImpl`; its methods override Lightning's and reach Lightning's
+([`precision_fsdp.resume`][] says what a change of precision keeps, drops or refuses). A base of
+[`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl]; its methods override Lightning's and reach
+Lightning's
 own through ``super()``.
 """
 
@@ -36,7 +38,8 @@ class CheckpointMixin(PrecisionPlugin, _LightningBase):  # type: ignore[misc]  #
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the scaler's state (written by this class or Lightning's built-in). State for a scaler this
-        precision does not have was announced by :meth:`on_load_checkpoint` and is dropped."""
+        precision does not have was announced by
+        [`on_load_checkpoint`][precision_fsdp.checkpoints.CheckpointMixin.on_load_checkpoint] and is dropped."""
         if self.scaler is not None and state_dict:
             self.scaler.load_state_dict(state_dict)
 

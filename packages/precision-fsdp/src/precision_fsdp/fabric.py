@@ -2,7 +2,8 @@
 
 One implementation, two thin adapters: the dtype plan, the scaler (user scaler, scaler options), the fp32 reduce
 default, ``fully_shard``, ``check_finite_grads`` and ``max_skipped_steps`` are
-:class:`~precision_fsdp.implementation.FSDPPrecisionImpl`'s. :class:`FabricFSDPPrecisionImpl` only adapts what
+[`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl]'s.
+[`FabricFSDPPrecisionImpl`][precision_fsdp.fabric.FabricFSDPPrecisionImpl] only adapts what
 differs in Fabric's loop:
 
 * Fabric has no ``connect`` hook: the device autocast runs on is learned from the inputs in ``convert_input``
@@ -10,8 +11,9 @@ differs in Fabric's loop:
   scaler's kind and device are settled in ``backward`` before the loss is scaled;
 * Fabric's ``optimizer_step(optimizer, **kwargs)`` has no closure: the step is Fabric's (the scaler steps and
   updates), watched for runs of skipped steps like the Trainer's;
-* ``configure_strategy`` pairs the plugin with Fabric's strategies (``strategy="auto"`` -> :class:`FSDP2Strategy`):
-  the choice is :func:`precision_fsdp.selection.choose_fabric_strategy`, beside the Trainer's.
+* ``configure_strategy`` pairs the plugin with Fabric's strategies (``strategy="auto"`` ->
+  [`FSDP2Strategy`][precision_fsdp.fabric.FSDP2Strategy]):
+  the choice is [`precision_fsdp.selection.choose_fabric_strategy`][], beside the Trainer's.
 
 Clip-by-norm needs nothing here: Fabric's ``clip_gradients`` unscales through the plugin, then clips the DTensor
 gradients of FSDP2 by their exact global norm (``ModelParallelStrategy``), or calls FSDP1's ``clip_grad_norm_``.
@@ -37,16 +39,18 @@ if TYPE_CHECKING:
 
 
 class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
-    """All Fabric-specific code of :class:`FSDPPrecision`; everything else is :class:`FSDPPrecisionImpl`'s (same
+    """All Fabric-specific code of [`FSDPPrecision`][precision_fsdp.fabric.FSDPPrecision]; everything else is
+    [`FSDPPrecisionImpl`][precision_fsdp.fabric.FSDPPrecisionImpl]'s (same
     arguments, dtypes and errors)."""
 
     @override
     def configure_strategy(self, strategy: Any, *, accelerator: Any, devices: Any) -> Any:
-        """The Fabric strategy to use: ``"auto"`` -> :class:`FSDP2Strategy` (FSDP2 over all processes, sharded by
+        """The Fabric strategy to use: ``"auto"`` -> [`FSDP2Strategy`][precision_fsdp.fabric.FSDP2Strategy] (FSDP2 over
+        all processes, sharded by
         the plugin); any ``ModelParallelStrategy`` is kept; ``"fsdp"``/``FSDPStrategy`` (FSDP1) is kept off CPU and
         refused on CPU, and refused with its own ``mixed_precision=``; anything else raises
-        :class:`~precision_base.TrainerConfigurationError` naming what to pass.
-        See :func:`precision_fsdp.selection.choose_fabric_strategy`.
+        [`TrainerConfigurationError`][precision_base.TrainerConfigurationError] naming what to pass.
+        See [`precision_fsdp.selection.choose_fabric_strategy`][].
         """
         return choose_fabric_strategy(
             self.spec, self.lightning, strategy, accelerator=accelerator, fsdp2_strategy=FSDP2Strategy
@@ -55,7 +59,7 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
     @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Fabric's ``setup_module`` calls this with the whole model before the strategy shards it (the Trainer
-        calls it after): so :meth:`prepare_for_sharding` runs here on a model not sharded yet (``fp8-*`` converts
+        calls it after): so `prepare_for_sharding` runs here on a model not sharded yet (``fp8-*`` converts
         its Linear layers, ``keep_fp32`` names are matched), then as the Trainer class."""
         if fsdp_version_of(module) is None:
             self.prepare_for_sharding(module)
@@ -94,10 +98,10 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
 
 class FSDPPrecision(FabricFSDPPrecisionImpl, lf.plugins.precision.FSDPPrecision):  # type: ignore[misc]
     """Precision plugin for FSDP under Lightning Fabric (FSDP2 through ``ModelParallelStrategy``/
-    :class:`FSDP2Strategy`, FSDP1 through ``FSDPStrategy``).
+    [`FSDP2Strategy`][precision_fsdp.fabric.FSDP2Strategy], FSDP1 through ``FSDPStrategy``).
 
-    The same arguments, dtype table and errors as the Trainer class :class:`precision_fsdp.FSDPPrecision` (see
-    :class:`~precision_fsdp.implementation.FSDPPrecisionImpl`). The one line for a ``parallelize_fn``::
+    The same arguments, dtype table and errors as the Trainer class [`precision_fsdp.FSDPPrecision`][] (see
+    [`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl]). The one line for a ``parallelize_fn``::
 
         def parallelize(module, device_mesh):
             return plugin.fully_shard(module, mesh=device_mesh["data_parallel"])
@@ -105,23 +109,24 @@ class FSDPPrecision(FabricFSDPPrecisionImpl, lf.plugins.precision.FSDPPrecision)
 
 
 class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
-    """All code of the Fabric :class:`FSDP2Strategy`: Fabric's ``ModelParallelStrategy`` whose default
-    ``parallelize_fn`` shards by :attr:`auto_wrap_policy` with the precision plugin's ``fully_shard``, data parallel
+    """All code of the Fabric [`FSDP2Strategy`][precision_fsdp.fabric.FSDP2Strategy]: Fabric's ``ModelParallelStrategy``
+    whose default
+    ``parallelize_fn`` shards by `auto_wrap_policy` with the precision plugin's ``fully_shard``, data parallel
     over all processes (``tensor_parallel_size=1``). The arguments are those of the Trainer's
-    :class:`~precision_fsdp.FSDP2Strategy`, plus ``parallelize_fn`` to replace the default sharding."""
+    [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy], plus ``parallelize_fn`` to replace the default sharding."""
 
     def __init__(self, *args: Any, parallelize_fn: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, parallelize_fn=parallelize_fn or self._shard_by_policy, **kwargs)
 
     @property  # type: ignore[misc]  # read-only here: Fabric's strategy keeps the plugin in `precision`
     def precision_plugin(self) -> Any:
-        """Fabric's name for it is ``precision``; :meth:`shard` reads this one."""
+        """Fabric's name for it is ``precision``; `shard` reads this one."""
         return self.precision  # type: ignore[attr-defined]
 
     @override
     def _expect_whole_model(self) -> None:
         """Nothing: Fabric has no LightningModule nor ``configure_model``; ``setup_module`` hands the whole model to
-        ``parallelize_fn``, and the default one (:meth:`shard`) calls ``prepare_for_sharding`` with it."""
+        ``parallelize_fn``, and the default one (`shard`) calls ``prepare_for_sharding`` with it."""
 
     def _shard_by_policy(self, module: torch.nn.Module, device_mesh: DeviceMesh) -> torch.nn.Module:
         self.shard(module)
@@ -130,7 +135,7 @@ class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
 
 class FSDP2Strategy(FabricFSDP2StrategyImpl, _FabricModelParallelStrategy):  # type: ignore[misc]
     """Lightning Fabric's ``ModelParallelStrategy`` that shards with FSDP2 by a default policy (the plugin's dtypes),
-    data parallel over all processes. See :class:`FabricFSDP2StrategyImpl`."""
+    data parallel over all processes. See [`FabricFSDP2StrategyImpl`][precision_fsdp.fabric.FabricFSDP2StrategyImpl]."""
 
 
 __all__ = [

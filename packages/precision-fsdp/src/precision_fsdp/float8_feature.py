@@ -1,8 +1,10 @@
 """The float8 feature (``fsdp:fp8-tensorwise``, ``fp8-rowwise``, ``mxfp8-rceil``) as one object with the plugin's hooks.
 
-:class:`~precision_fsdp.implementation.FSDPPrecisionImpl` holds the feature of its precision (:func:`feature_for`:
-a :class:`Float8Feature`, or :data:`precision_base.extra.NO_FEATURE` for Lightning's five precisions) and calls its
-hooks (:class:`precision_base.extra.ExtraPrecisionFeature`) at fixed points instead of branching on the precision:
+[`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl] holds the feature of its precision
+([`feature_for`][precision_fsdp.float8_feature.feature_for]:
+a [`Float8Feature`][precision_fsdp.float8_feature.Float8Feature], or [`precision_base.extra.NO_FEATURE`][] for
+Lightning's five precisions) and calls its
+hooks ([`precision_base.extra.ExtraPrecisionFeature`][]) at fixed points instead of branching on the precision:
 
 * ``check_sharding``: FSDP1 is refused (``configure_strategy`` with an ``FSDPStrategy``, ``connect`` with an FSDP1
   model); ``check_machine``: torchao installed and FP8 hardware, or ``fp8_emulate=True``;
@@ -11,7 +13,7 @@ hooks (:class:`precision_base.extra.ExtraPrecisionFeature`) at fixed points inst
 * ``describe``: the float8 facts of ``precision-plugins show``; ``table``: the dtype table of the base precision,
   as it is (the float8 matmul dtypes are in ``describe``).
 
-The names come from :data:`precision_fsdp.recipes.FLOAT8`; the torchao work is :mod:`precision_fsdp.float8`'s.
+The names come from [`precision_fsdp.recipes.FLOAT8`][]; the torchao work is [`precision_fsdp.float8`][]'s.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class Float8Feature:
     """The float8 state and hooks of one plugin instance.
 
     Args:
-        precision: one of :data:`precision_fsdp.recipes.RECIPES`.
+        precision: one of [`precision_fsdp.recipes.RECIPES`][].
         emulate: ``fp8_emulate``: torchao's emulation where the hardware has no FP8.
         chosen: ``fp8_filter``: which Linear layers to convert (``None``: the defaults).
     """
@@ -110,7 +112,8 @@ def check_options(precision: str, emulate: bool, chosen: float8.Fp8Filter) -> No
 
 
 def feature_for(precision: str, emulate: bool = False, chosen: float8.Fp8Filter = None) -> ExtraPrecisionFeature:
-    """The feature of ``precision``: a new :class:`Float8Feature` for a float8 name, else ``NO_FEATURE``."""
+    """The feature of ``precision``: a new [`Float8Feature`][precision_fsdp.float8_feature.Float8Feature] for a float8
+    name, else ``NO_FEATURE``."""
     return Float8Feature(precision, emulate, chosen) if precision in FLOAT8 else NO_FEATURE
 
 

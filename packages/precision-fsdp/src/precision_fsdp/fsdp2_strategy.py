@@ -46,7 +46,8 @@ ActivationCheckpointing = Union[None, type, Collection[type]]
 
 
 class FSDP2StrategyImpl(_LightningBase):
-    """All code of :class:`FSDP2Strategy`; the concrete class adds Lightning's ``ModelParallelStrategy`` as base
+    """All code of [`FSDP2Strategy`][precision_fsdp.fsdp2_strategy.FSDP2Strategy]; the concrete class adds Lightning's
+    ``ModelParallelStrategy`` as base
     (for either Lightning namespace, see ``precision_base.namespaces``).
 
     Args:
@@ -54,7 +55,7 @@ class FSDP2StrategyImpl(_LightningBase):
             ``None`` (blocks: ``_no_split_modules`` classes, else repeated same-class children of ``ModuleList`` /
             ``Sequential``; tied parameters in one unit), a set of module classes, a minimum number of parameters
             (int), or a callable with FSDP1's policy signature; the same meaning as ``FSDPStrategy``'s
-            ``auto_wrap_policy`` (see :mod:`precision_fsdp.sharding`). The LightningModule is always sharded last.
+            ``auto_wrap_policy`` (see [`precision_fsdp.sharding`][]). The LightningModule is always sharded last.
         data_parallel_size: size of the data-parallel (sharding) dimension. ``"auto"`` (default): every process
             (number of nodes x devices per node, divided by ``tensor_parallel_size``).
         tensor_parallel_size: size of the tensor-parallel dimension; default 1 (pure FSDP2). ``"auto"`` keeps
@@ -64,7 +65,8 @@ class FSDP2StrategyImpl(_LightningBase):
             activations (``torch.utils.checkpoint``, non-reentrant): less memory for one more forward per block.
             Applied before sharding (and also to a model your ``configure_model`` shards), to the outermost
             matching modules; parameter names and checkpoints are unchanged. Default ``None`` (off).
-            :attr:`checkpointed` names the modules after setup.
+            [`checkpointed`][precision_fsdp.fsdp2_strategy.FSDP2StrategyImpl.checkpointed] names the modules after
+            setup.
         **kwargs: the other arguments of ``ModelParallelStrategy`` (``save_distributed_checkpoint``,
             ``process_group_backend``, ``timeout``).
 
@@ -127,7 +129,7 @@ class FSDP2StrategyImpl(_LightningBase):
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        """Apply :attr:`activation_checkpointing`, shard the model by :attr:`auto_wrap_policy` unless it is sharded
+        """Apply `activation_checkpointing`, shard the model by `auto_wrap_policy` unless it is sharded
         already (by ``configure_model``, by tensor parallelism, or by an earlier ``fit`` / ``validate`` / ``test`` /
         ``predict`` of this model), then run Lightning's ``ModelParallelStrategy.setup``.
 
@@ -150,9 +152,10 @@ class FSDP2StrategyImpl(_LightningBase):
             super().setup(trainer)  # type: ignore[misc]
 
     def shard(self, model: torch.nn.Module) -> None:
-        """Apply FSDP2 to ``model``: each unit :attr:`auto_wrap_policy` selects (innermost first; by default the
-        model's blocks, see :mod:`precision_fsdp.sharding`), each direct child holding parameters outside those units
-        (:func:`~precision_fsdp.sharding.units_for_lightning`), then ``model``. Rank 0 logs one line naming the units
+        """Apply FSDP2 to ``model``: each unit `auto_wrap_policy` selects (innermost first; by default the
+        model's blocks, see [`precision_fsdp.sharding`][]), each direct child holding parameters outside those units
+        ([`units_for_lightning`][precision_fsdp.sharding.units_for_lightning]), then ``model``. Rank 0 logs one line
+        naming the units
         (``rank_zero_info``), e.g. "FSDP2Strategy: 4 FSDP2 units by the default policy (_no_split_modules:
         LlamaDecoderLayer): LlamaDecoderLayer x2, LlamaForCausalLM x1, then the root (Model)".
 
@@ -198,7 +201,7 @@ class FSDP2Strategy(FSDP2StrategyImpl, pl.strategies.ModelParallelStrategy):
     """Lightning's ``ModelParallelStrategy`` that shards with FSDP2 by a default policy when the LightningModule
     does not shard itself in ``configure_model``; data parallel over all processes by default.
 
-    See :class:`FSDP2StrategyImpl` for the arguments.
+    See [`FSDP2StrategyImpl`][precision_fsdp.fsdp2_strategy.FSDP2StrategyImpl] for the arguments.
     """
 
 

@@ -1,6 +1,6 @@
 """``FSDPPrecisionImpl``: all code of ``precision_fsdp.FSDPPrecision``, in a mixin without Lightning bases.
 
-The concrete class (:mod:`precision_fsdp.plugin`) lists this mixin and Lightning's ``FSDPPrecision`` as bases and
+The concrete class ([`precision_fsdp.plugin`][]) lists this mixin and Lightning's ``FSDPPrecision`` as bases and
 nothing else, so ``precision_base.namespaces.for_namespace`` builds the same class for ``pytorch_lightning``.
 Namespace-specific classes are reached through ``self.lightning``; Lightning's methods through ``super()``.
 """
@@ -53,19 +53,17 @@ _LIGHTNING_PRECISION_ERROR = (
 
 class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _LightningBase):  # type: ignore[misc]  # precision: str vs Literal
     """Precision plugin for Fully Sharded Data Parallel: FSDP1 (``FSDPStrategy``) and FSDP2 (``fully_shard`` under
-    ``ModelParallelStrategy`` or :class:`~precision_fsdp.FSDP2Strategy`).
+    ``ModelParallelStrategy`` or [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy]).
 
     Dtypes (``dtypes()`` gives the full table for FSDP1 and FSDP2):
 
-    ============  ==================  =============  ==============================  ==========
-    precision     sharded params      compute        gradient reduction (default)    autocast
-    ============  ==================  =============  ==============================  ==========
-    32-true       fp32                fp32           fp32                            off
-    16-true       fp16                fp16           fp16                            off
-    bf16-true     bf16                bf16           bf16                            off
-    16-mixed      fp32                fp16           fp32                            fp16
-    bf16-mixed    fp32                bf16           fp32                            bf16
-    ============  ==================  =============  ==============================  ==========
+    | precision | sharded params | compute | gradient reduction (default) | autocast |
+    |---|---|---|---|---|
+    | 32-true | fp32 | fp32 | fp32 | off |
+    | 16-true | fp16 | fp16 | fp16 | off |
+    | bf16-true | bf16 | bf16 | bf16 | off |
+    | 16-mixed | fp32 | fp16 | fp32 | fp16 |
+    | bf16-mixed | fp32 | bf16 | fp32 | bf16 |
 
     Args:
         precision: ``"32-true"``, ``"16-true"``, ``"bf16-true"``, ``"16-mixed"`` or ``"bf16-mixed"`` (Lightning's
@@ -79,7 +77,8 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         growth_factor: factor the default scaler multiplies its scale by after ``growth_interval`` clean steps.
         backoff_factor: factor the default scaler multiplies its scale by after a step with inf/NaN gradients.
         growth_interval: number of consecutive clean steps before the default scaler grows its scale.
-        max_skipped_steps: stop training with :class:`~precision_fsdp.overflow.OverflowStormError` after this many
+        max_skipped_steps: stop training with [`OverflowStormError`][precision_base.overflow.OverflowStormError] after
+            this many
             optimizer steps in a row were skipped for inf/NaN gradients (default 50; ``None`` never stops); a
             warning is given at half that count. Applies to ``16-mixed`` (the scaler skips such steps) and to the
             other precisions with ``check_finite_grads=True``.
@@ -90,11 +89,11 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
             CPU tests; slower than ``bf16-mixed``). Default ``False``: no FP8 hardware is an error.
         fp8_filter: ``fp8-*`` only: which Linear layers to convert, as qualified-name patterns or a callable
             ``(module, fqn) -> bool``; replaces the defaults (dims multiples of 16, not the first or last Linear).
-            See :mod:`precision_fsdp.float8`.
+            See [`precision_fsdp.float8`][].
         keep_fp32: modules that keep float32 parameters and compute in float32 while the rest follows the
             precision: qualified-name patterns (``"lm_head"``, ``"layers.*.norm"``) and/or module classes
             (``torch.nn.LayerNorm``). FSDP2 only: each is sharded as its own unit with a float32
-            ``MixedPrecisionPolicy``, autocast is off inside it. See :mod:`precision_fsdp.keep_fp32`.
+            ``MixedPrecisionPolicy``, autocast is off inside it. See [`precision_fsdp.keep_fp32`][].
         keep_fp32_defaults: FSDP2: also keep in float32, without naming them, (1) under ``*-mixed``, every layer
             whose running statistics are float buffers (BatchNorm, SyncBatchNorm, InstanceNorm with
             ``track_running_stats``), whose fp16/bf16 weight would otherwise meet float32 statistics ("expected
@@ -185,7 +184,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
 
     @property
     def fsdp_version(self) -> Optional[FSDPVersion]:
-        """1 or 2 once the plugin has seen the model (or sharded it with :meth:`fully_shard`), else ``None``."""
+        """1 or 2 once the plugin has seen the model (or sharded it with `fully_shard`), else ``None``."""
         return self._fsdp_version
 
     @property
@@ -212,7 +211,8 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
     @property
     @override
     def mixed_precision_config(self) -> _compat.MixedPrecision:
-        """FSDP1's ``MixedPrecision``: ``param_dtype`` = compute dtype, ``reduce_dtype`` = :attr:`reduce_dtype`,
+        """FSDP1's ``MixedPrecision``: ``param_dtype`` = compute dtype, ``reduce_dtype`` =
+        [`reduce_dtype`][precision_fsdp.implementation.FSDPPrecisionImpl.reduce_dtype],
         ``buffer_dtype`` = compute dtype. ``FSDPStrategy`` passes it to ``FullyShardedDataParallel``.
 
         Warns (``*-true``, once), like Lightning's: "FSDP with `16-true` enables computation in lower precision."
@@ -223,10 +223,11 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
     # -- Trainer front door ---------------------------------------------------------------------------------
     @override
     def configure_strategy(self, strategy: Any, *, accelerator: Any, devices: Any) -> Any:
-        """``"auto"`` becomes :class:`~precision_fsdp.FSDP2Strategy` (FSDP2, default wrap policy) on every
+        """``"auto"`` becomes [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] (FSDP2, default wrap policy) on every
         accelerator; ``"fsdp"``/``FSDPStrategy`` (FSDP1) is kept on CUDA and refused on CPU; any
         ``ModelParallelStrategy`` is kept; other strategies raise
-        :class:`~precision_base.TrainerConfigurationError` naming what to pass. See :mod:`precision_fsdp.selection`.
+        [`TrainerConfigurationError`][precision_base.TrainerConfigurationError] naming what to pass. See
+        [`precision_fsdp.selection`][].
         """
         chosen = choose_strategy(self.spec, self.lightning, strategy, accelerator=accelerator, devices=devices)
         fsdp1 = chosen == "fsdp" or isinstance(chosen, self.lightning.strategies.FSDPStrategy)
@@ -240,9 +241,10 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
     def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:
         """Learn the device, the FSDP version and (FSDP1) the root module from the model, then ready the scaler.
 
-        Warns (:class:`~precision_base.PrecisionPluginWarning`, rank 0): an optimizer hyperparameter is 0 in the
+        Warns ([`PrecisionPluginWarning`][precision_base.PrecisionPluginWarning], rank 0): an optimizer hyperparameter
+            is 0 in the
         dtype of its parameters (Adam's ``eps=1e-8`` under ``16-true``); the message names the parameter group and
-        a value that works (see :mod:`precision_base.numerics`).
+        a value that works (see [`precision_base.numerics`][]).
         """
         version = fsdp_version_of(model)
         if version is not None:
@@ -265,9 +267,9 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
     @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """``*-true``: cast floating parameters and buffers to fp16/bf16/fp32 (skipped when they already are, which
-        :meth:`fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32. A LightningModule that is itself an
+        `fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32. A LightningModule that is itself an
         FSDP2 unit holding parameters and defines no ``forward`` gets step methods that gather them
-        (:func:`precision_fsdp.root_unit.gather_root_in_steps`; logged on rank 0).
+        ([`precision_fsdp.root_unit.gather_root_in_steps`][]; logged on rank 0).
 
         Raises:
             precision_fsdp.float8.Float8UnavailableError: ``fp8-*`` and no Linear layer of the model was converted
@@ -303,7 +305,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
 
     @override
     def forward_context(self) -> AbstractContextManager[Any]:
-        """``*-mixed``: ``torch.autocast`` on :attr:`device_type` (the strategy's device: cuda, cpu, xpu ...) in
+        """``*-mixed``: ``torch.autocast`` on `device_type` (the strategy's device: cuda, cpu, xpu ...) in
         fp16/bf16. ``*-true``: new floating tensors default to the parameter dtype."""
         if self._plan.autocast is not None:
             return torch.autocast(self.device_type, dtype=self._plan.autocast)
@@ -311,7 +313,8 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
 
     @override
     def train_step_context(self) -> AbstractContextManager[Any]:  # type: ignore[override]
-        """:meth:`forward_context` itself (Lightning wraps it in a generator context manager: ~1.5 us a step)."""
+        """[`forward_context`][precision_fsdp.implementation.FSDPPrecisionImpl.forward_context] itself (Lightning wraps
+        it in a generator context manager: ~1.5 us a step)."""
         return self.forward_context()
 
     @override
@@ -322,7 +325,8 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
 
     @override
     def convert_output(self, data: Any) -> Any:
-        """Floating tensors -> ``torch.get_default_dtype()``, as the contract's :meth:`convert_output` (without its
+        """Floating tensors -> ``torch.get_default_dtype()``, as the contract's
+        [`convert_output`][precision_fsdp.implementation.FSDPPrecisionImpl.convert_output] (without its
         per-call imports: this runs every step)."""
         return cast_floating(data, torch.get_default_dtype())
 
@@ -362,7 +366,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
 
     @override
     def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
-        """What :class:`precision_base.PrecisionMonitor` logs: ``loss_scale`` (``16-mixed``), ``skipped_steps``
+        """What [`precision_base.PrecisionMonitor`][] logs: ``loss_scale`` (``16-mixed``), ``skipped_steps``
         (cumulative optimizer steps skipped for inf/NaN gradients: ``16-mixed``, or ``check_finite_grads=True``),
         ``nonfinite_grad_steps`` (the same steps: here every step with inf/NaN gradients is skipped) and
         ``grad_norm`` (the unscaled global gradient norm of the last step, when clipping by norm computed it)."""

@@ -14,13 +14,14 @@ it):
 
 Patterns match the end of a module's qualified name, dot-separated, with ``fnmatch`` wildcards: ``"lm_head"``
 matches ``lm_head`` and ``model.lm_head``; ``"layers.*.norm"`` matches ``model.layers.3.norm``. Names are relative to
-the LightningModule when :class:`~precision_fsdp.FSDP2Strategy` shards by its default policy (it calls
+the LightningModule when [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] shards by its default policy (it calls
 ``plugin.mark_keep_fp32(model)`` first); in a ``configure_model`` of your own, call
 ``self.trainer.precision_plugin.mark_keep_fp32(self)`` before ``fully_shard``, or names are relative to the module
 passed to ``fully_shard``. A kept module sharded with another policy is refused at setup, never silently ignored.
 
 FSDP1 (``FullyShardedDataParallel``) applies one ``MixedPrecision`` per wrapped unit and autocast per model; it has
-no public per-module float32 override, so ``keep_fp32`` with FSDP1 is refused (:class:`KeepFP32Error`).
+no public per-module float32 override, so ``keep_fp32`` with FSDP1 is refused
+([`KeepFP32Error`][precision_fsdp.keep_fp32.KeepFP32Error]).
 """
 
 from __future__ import annotations

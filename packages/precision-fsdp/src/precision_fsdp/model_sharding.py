@@ -1,9 +1,13 @@
-"""How the FSDP plugin shards a model with FSDP2 and keeps modules in float32: :class:`ModelShardingMixin`.
+"""How the FSDP plugin shards a model with FSDP2 and keeps modules in float32:
+[`ModelShardingMixin`][precision_fsdp.model_sharding.ModelShardingMixin].
 
-The plugin's own methods a ``configure_model`` (or :class:`~precision_fsdp.FSDP2Strategy`) calls:
-:meth:`~ModelShardingMixin.fully_shard`, :meth:`~ModelShardingMixin.prepare_for_sharding`,
-:meth:`~ModelShardingMixin.expect_model` and :meth:`~ModelShardingMixin.mark_keep_fp32`, and the ``keep_fp32`` part
-of ``convert_module``. A base of :class:`~precision_fsdp.implementation.FSDPPrecisionImpl`, which sets the state
+The plugin's own methods a ``configure_model`` (or [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy]) calls:
+[`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard],
+[`prepare_for_sharding`][precision_fsdp.model_sharding.ModelShardingMixin.prepare_for_sharding],
+[`expect_model`][precision_fsdp.model_sharding.ModelShardingMixin.expect_model] and
+[`mark_keep_fp32`][precision_fsdp.model_sharding.ModelShardingMixin.mark_keep_fp32], and the ``keep_fp32`` part
+of ``convert_module``. A base of [`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl], which sets the
+state
 declared here in its ``__init__``; it overrides no Lightning method.
 """
 
@@ -87,11 +91,14 @@ class ModelShardingMixin(PrecisionPlugin):
                 self.trainer.precision_plugin.fully_shard(self.model, mesh=self.device_mesh["data_parallel"])
 
         Parameters and buffers not yet sharded are first cast to the storage dtype (fp32 for ``32-true`` and
-        ``*-mixed``, fp16/bf16 for ``*-true``); ``mp_policy`` is :attr:`mixed_precision_policy`. Other keyword
+        ``*-mixed``, fp16/bf16 for ``*-true``); ``mp_policy`` is
+        [`mixed_precision_policy`][precision_fsdp.model_sharding.ModelShardingMixin.mixed_precision_policy]. Other
+        keyword
         arguments go to torch's ``fully_shard``. Returns the sharded module. (Without a ``configure_model``,
-        :class:`~precision_fsdp.FSDP2Strategy` calls this for you by its wrap policy.) Under
-        :class:`~precision_fsdp.FSDP2Strategy`, the first call inside ``configure_model`` first runs
-        :meth:`prepare_for_sharding` on the whole LightningModule (``fp8-*`` conversion, ``keep_fp32`` names).
+        [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] calls this for you by its wrap policy.) Under
+        [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy], the first call inside ``configure_model`` first runs
+        [`prepare_for_sharding`][precision_fsdp.model_sharding.ModelShardingMixin.prepare_for_sharding] on the whole
+        LightningModule (``fp8-*`` conversion, ``keep_fp32`` names).
         A module that is already sharded is returned as it is: Lightning calls ``configure_model`` again for
         ``validate`` / ``test`` / ``predict`` after ``fit``, and the model keeps the units of its first sharding.
 
@@ -134,22 +141,28 @@ class ModelShardingMixin(PrecisionPlugin):
 
     def prepare_for_sharding(self, root: torch.nn.Module) -> None:
         """Before sharding ``root``'s parts one by one: match ``keep_fp32`` names against the whole model and
-        (``fp8-*``) convert its Linear layers to float8. :class:`~precision_fsdp.FSDP2Strategy` calls it; a
+        (``fp8-*``) convert its Linear layers to float8. [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] calls it; a
         ``configure_model`` that shards children separately calls it with ``self`` first (under
-        :class:`~precision_fsdp.FSDP2Strategy` the first :meth:`fully_shard` call does it)."""
+        [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] the first
+        [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] call does it)."""
         self._whole_model = None
         self._keep.mark(root)
         self._feature.prepare_model(self, root, exclude=self._kept_modules(root))
 
     def expect_model(self, model: Optional[torch.nn.Module]) -> None:
-        """The whole model that the next :meth:`fully_shard` calls shard parts of (``None``: forget it).
-        :class:`~precision_fsdp.FSDP2Strategy` passes the LightningModule before ``configure_model`` runs, so that
-        the first :meth:`fully_shard` there calls :meth:`prepare_for_sharding` with it, and ``None`` after."""
+        """The whole model that the next [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard]
+        calls shard parts of (``None``: forget it).
+        [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] passes the LightningModule before ``configure_model`` runs, so
+        that
+        the first [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] there calls
+        [`prepare_for_sharding`][precision_fsdp.model_sharding.ModelShardingMixin.prepare_for_sharding] with it, and
+        ``None`` after."""
         self._whole_model = model
 
     def mark_keep_fp32(self, root: torch.nn.Module) -> None:
         """Match ``keep_fp32`` names against ``root`` (the whole model) before sharding its parts one by one, so a
-        kept module passed to :meth:`fully_shard` on its own is recognised. :class:`~precision_fsdp.FSDP2Strategy`
+        kept module passed to [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] on its own
+        is recognised. [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy]
         calls it; a ``configure_model`` that shards children separately calls it with ``self`` first."""
         self._keep.mark(root)
 
@@ -173,7 +186,9 @@ class ModelShardingMixin(PrecisionPlugin):
 
         Raises:
             KeepFP32Error: the model is FSDP2-sharded but a kept module with parameters was sharded inside another
-                unit (it was not reached by :meth:`fully_shard` before its parent), so it cannot have its own policy.
+                unit (it was not reached by
+                [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] before its parent), so it
+                cannot have its own policy.
         """
         found = self._keep.kept(module)
         sharded = fsdp_version_of(module) == 2

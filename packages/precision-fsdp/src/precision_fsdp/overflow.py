@@ -8,7 +8,7 @@ Other precisions, when asked (``check_finite_grads=True``, like DeepSpeed's bf16
 whose gradients hold inf/NaN on any rank is skipped on every rank (its gradients are dropped before the optimizer
 runs), and the same watch counts the skipped steps.
 
-The watch, its default and its error are shared with the DeepSpeed plugin (:mod:`precision_base.overflow`);
+The watch, its default and its error are shared with the DeepSpeed plugin ([`precision_base.overflow`][]);
 ``OverflowStormError`` and ``OverflowWatch`` stay importable from here.
 """
 

@@ -2,7 +2,7 @@
 
 Everything dtype-related in this package is derived here, from two inputs: the precision name and the
 optional ``reduce_dtype`` choice. The plugin, the dtype table, FSDP1's ``MixedPrecision`` and FSDP2's
-``MixedPrecisionPolicy`` all read the same :class:`DtypePlan`, so they cannot disagree.
+``MixedPrecisionPolicy`` all read the same [`DtypePlan`][precision_fsdp.policy.DtypePlan], so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ REDUCE_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.f
 
 
 def parse_dtype(value: Union[str, torch.dtype], *, what: str = "reduce_dtype") -> torch.dtype:
-    """Turn ``torch.float32`` / ``"float32"`` / ``"fp32"`` / ``"bf16"`` ... into one of :data:`REDUCE_DTYPES`.
+    """Turn ``torch.float32`` / ``"float32"`` / ``"fp32"`` / ``"bf16"`` ... into one of
+    [`REDUCE_DTYPES`][precision_fsdp.policy.REDUCE_DTYPES].
 
     Raises:
         ValueError: the value names no floating dtype FSDP can reduce in.
@@ -103,7 +104,7 @@ class DtypePlan:
         return self.compute if version == 1 else self.storage
 
     def table(self, version: FSDPVersion, keep_defaults: tuple[str, ...] = ()) -> DtypeTable:
-        """The :class:`~precision_base.DtypeTable` under FSDP1 (``version=1``) or FSDP2 (``version=2``).
+        """The [`DtypeTable`][precision_base.DtypeTable] under FSDP1 (``version=1``) or FSDP2 (``version=2``).
 
         Args:
             version: 1 or 2.

@@ -2,7 +2,8 @@
 
 The plugin's own state (``state_dict``) stays the loss scaler's, with the keys of Lightning's built-in
 ``FSDPPrecision``, so checkpoints move between both classes in both directions. The precision a checkpoint was
-written under goes into a separate top-level key, :data:`CHECKPOINT_KEY`, which Lightning's built-in ignores. A
+written under goes into a separate top-level key, [`CHECKPOINT_KEY`][precision_fsdp.resume.CHECKPOINT_KEY], which
+Lightning's built-in ignores. A
 checkpoint without that key (written by Lightning's built-in) is recognised as ``16-mixed`` when it holds scaler
 state; otherwise its precision is unknown and nothing is said.
 
@@ -91,5 +92,5 @@ def changes(saved: str, now: str, init_scale: Optional[float]) -> list[str]:
 
 
 def message(saved: str, now: str, said: list[str]) -> str:
-    """The warning for :func:`changes`' sentences."""
+    """The warning for [`changes`][precision_fsdp.resume.changes]' sentences."""
     return f"resuming a checkpoint written under precision {saved!r} with precision {now!r}: " + "; ".join(said) + "."

@@ -1,7 +1,8 @@
 """A LightningModule that is itself an FSDP2 unit: gathering its own unit's parameters in its step methods.
 
 Lightning never calls the LightningModule (it calls ``training_step`` and the other step methods), so FSDP2 never
-gathers the parameters of a unit made by ``fully_shard(self)``; :func:`gather_root_in_steps` (run by the plugin's
+gathers the parameters of a unit made by ``fully_shard(self)``;
+[`gather_root_in_steps`][precision_fsdp.root_unit.gather_root_in_steps] (run by the plugin's
 ``convert_module``) registers the step methods as FSDP2 forward methods where that is needed.
 """
 

@@ -119,7 +119,7 @@ def ready_scaler(
     plugin's own, rebuilt with its state when it is of the wrong kind (``ShardedGradScaler`` for FSDP1) or device.
 
     Raises:
-        ValueError: (a user's scaler) see :func:`check_user_scaler`.
+        ValueError: (a user's scaler) see [`check_user_scaler`][precision_fsdp.scaler.check_user_scaler].
     """
     if scaler is None:
         return None

@@ -1,6 +1,6 @@
 """Which Lightning strategy an FSDP precision plugin trains with, chosen before Lightning sees any argument.
 
-* ``strategy="auto"`` becomes :class:`~precision_fsdp.fsdp2_strategy.FSDP2Strategy` on every accelerator, CUDA
+* ``strategy="auto"`` becomes [`FSDP2Strategy`][precision_fsdp.fsdp2_strategy.FSDP2Strategy] on every accelerator, CUDA
   included: FSDP2 (``fully_shard``) is the FSDP PyTorch develops (FSDP1 is in maintenance), it is the one that runs
   on CPU (gloo) as well as on GPUs, so one default behaves the same everywhere, and its per-parameter DTensor
   sharding gives the exact global norm for clip-by-norm. The model is sharded by a default policy unless the
@@ -10,9 +10,11 @@
 * any ``ModelParallelStrategy`` (FSDP2 with your own ``configure_model``) is accepted on any accelerator.
 * anything else (``"ddp"``, ``"deepspeed"`` ...) is refused, naming what to pass instead.
 
-Both doors choose here: :func:`choose_strategy` for the Trainer (``FSDPPrecision.configure_strategy``),
-:func:`choose_fabric_strategy` for Fabric (``precision_fsdp.fabric.FSDPPrecision.configure_strategy``), each given
-the Lightning namespace and, for Fabric, its :class:`~precision_fsdp.fabric.FSDP2Strategy` class.
+Both doors choose here: [`choose_strategy`][precision_fsdp.selection.choose_strategy] for the Trainer
+(``FSDPPrecision.configure_strategy``),
+[`choose_fabric_strategy`][precision_fsdp.selection.choose_fabric_strategy] for Fabric
+(``precision_fsdp.fabric.FSDPPrecision.configure_strategy``), each given
+the Lightning namespace and, for Fabric, its [`FSDP2Strategy`][precision_fsdp.fabric.FSDP2Strategy] class.
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ def choose_fabric_strategy(
     spec: str, lightning: types.ModuleType, strategy: Any, *, accelerator: Any, fsdp2_strategy: type
 ) -> Union[str, Any]:
     """Check ``strategy`` for the Fabric FSDP plugin ``spec`` and return the one Fabric should use: ``"auto"`` ->
-    ``fsdp2_strategy`` (Fabric's :class:`~precision_fsdp.fabric.FSDP2Strategy`, built for the namespace: FSDP2 over
+    ``fsdp2_strategy`` (Fabric's [`FSDP2Strategy`][precision_fsdp.fabric.FSDP2Strategy], built for the namespace: FSDP2
+    over
     all processes, sharded by the plugin); any ``ModelParallelStrategy`` is kept; ``"fsdp"``/``FSDPStrategy``
     (FSDP1) is kept off CPU and refused on CPU; an ``FSDPStrategy(mixed_precision=...)`` is refused, as at the
     Trainer door.

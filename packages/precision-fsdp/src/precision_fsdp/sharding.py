@@ -4,7 +4,7 @@ The policy has the meaning of Lightning's ``FSDPStrategy(auto_wrap_policy=...)``
 FSDP2 unit (``fully_shard``), whose parameters are gathered together for its forward and backward; the root module
 is always sharded last and holds every parameter no selected module holds.
 
-* ``None`` (the default): **blocks** (:func:`default_units`):
+* ``None`` (the default): **blocks** ([`default_units`][precision_fsdp.sharding.default_units]):
 
   1. the model's declared no-split classes: every instance of a class named in ``_no_split_modules`` (the class
      attribute of Hugging Face ``PreTrainedModel``, e.g. ``LlamaDecoderLayer``), found on any submodule (a
@@ -28,7 +28,8 @@ is always sharded last and holds every parameter no selected module holds.
 
 Under every policy a container without ``forward`` is never made a unit (``fully_shard`` refuses it): a set of
 classes that names one is refused, a size threshold or callable passes over it. Under a Lightning Trainer,
-:func:`units_for_lightning` adds the direct children of the LightningModule that Lightning calls (it never calls
+[`units_for_lightning`][precision_fsdp.sharding.units_for_lightning] adds the direct children of the LightningModule
+that Lightning calls (it never calls
 the LightningModule's own ``forward``).
 """
 
@@ -45,7 +46,7 @@ from precision_fsdp._compat import FSDPModule, FullyShardedDataParallel
 FSDPVersion = Literal[1, 2]
 
 WrapPolicy = Union[None, int, Collection[type[torch.nn.Module]], Callable[..., bool]]
-"""What :func:`units_to_shard` accepts (see the module docstring)."""
+"""What [`units_to_shard`][precision_fsdp.sharding.units_to_shard] accepts (see the module docstring)."""
 
 
 def fsdp_version_of(model: Any) -> Optional[FSDPVersion]:
@@ -117,7 +118,8 @@ _POLICY_KINDS = (
 
 def units_to_shard(root: torch.nn.Module, policy: WrapPolicy = None) -> list[torch.nn.Module]:
     """The modules under ``root`` that ``policy`` makes FSDP2 units, innermost first (the order ``fully_shard``
-    must be applied in), not including ``root`` itself. ``policy=None``: :func:`default_units`.
+    must be applied in), not including ``root`` itself. ``policy=None``:
+    [`default_units`][precision_fsdp.sharding.default_units].
 
     Raises:
         TypeError, ValueError: ``policy`` is none of the accepted kinds (the message lists them).
@@ -238,7 +240,8 @@ class TiedAcrossUnitsError(ValueError):
 
 
 def units_for_lightning(root: torch.nn.Module, policy: WrapPolicy = None) -> list[torch.nn.Module]:
-    """:func:`units_to_shard`, plus the direct children of ``root`` that Lightning runs on their own.
+    """[`units_to_shard`][precision_fsdp.sharding.units_to_shard], plus the direct children of ``root`` that Lightning
+    runs on their own.
 
     FSDP2 gathers a unit's parameters in the pre-forward hook of the unit's module. Lightning calls
     ``training_step``, not the LightningModule's ``forward``, so parameters left to the root unit would stay sharded

@@ -1,14 +1,16 @@
 """Optimizer-step bookkeeping of the FSDP plugin: skipped steps, ``check_finite_grads`` and ``max_skipped_steps``.
 
-One :class:`StepWatch` per plugin, used by both doors' ``optimizer_step`` (the Trainer's with Lightning's closure,
+One [`StepWatch`][precision_fsdp.steps.StepWatch] per plugin, used by both doors' ``optimizer_step`` (the Trainer's with
+Lightning's closure,
 Fabric's without one) and by ``precision_stats``. The counting itself (the limit, its default, the warning at half
-of it and :class:`~precision_base.OverflowStormError`) is :class:`precision_base.overflow.OverflowWatch`'s, shared
+of it and [`OverflowStormError`][precision_base.OverflowStormError]) is [`precision_base.overflow.OverflowWatch`][]'s,
+shared
 with the DeepSpeed plugin; how a step is known to be skipped is FSDP's:
 
 * ``16-mixed``: the loss scaler skips a step with inf/NaN gradients and lowers its scale: a step after which the
   scale fell was skipped;
 * other precisions with ``check_finite_grads=True``: a step whose gradients hold inf/NaN on any rank
-  (:func:`precision_fsdp.overflow.grads_finite`, one all-reduce) is skipped on every rank: its gradients are dropped
+  ([`precision_fsdp.overflow.grads_finite`][], one all-reduce) is skipped on every rank: its gradients are dropped
   before the optimizer runs (parameters without gradients are not stepped).
 
 Other precisions are not watched (nothing skips their steps).

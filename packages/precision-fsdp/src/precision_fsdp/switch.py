@@ -1,7 +1,8 @@
-"""Changing an FSDP2 run's precision between optimizer steps, for :class:`precision_base.PrecisionSchedule`.
+"""Changing an FSDP2 run's precision between optimizer steps, for [`precision_base.PrecisionSchedule`][].
 
-The plugin's :meth:`~precision_fsdp.switching.SwitchMixin.switch_precision` sets its own state from
-:func:`next_plan` and calls :func:`update_policies`; the schedule asks :func:`problem` first (at ``setup``, before
+The plugin's [`switch_precision`][precision_fsdp.switching.SwitchMixin.switch_precision] sets its own state from
+[`next_plan`][precision_fsdp.switch.next_plan] and calls [`update_policies`][precision_fsdp.switch.update_policies]; the
+schedule asks [`problem`][precision_fsdp.switch.problem] first (at ``setup``, before
 any step), so a switch that cannot work fails before training starts. What a switch changes, and what it keeps:
 
 * kept: the sharded parameters (float32 DTensors under ``32-true``, ``*-mixed`` and ``fp8-*``: the master weights),
@@ -11,12 +12,13 @@ any step), so a switch that cannot work fails before training starts. What a swi
   ``_compat.set_fsdp2_policy``, and the loss scaler: created for ``16-mixed`` (fresh, at its ``init_scale``),
   dropped for the others;
 
-Refused (:func:`problem` says why): FSDP1 (its ``MixedPrecision`` is fixed when ``FullyShardedDataParallel`` wraps
+Refused ([`problem`][precision_fsdp.switch.problem] says why): FSDP1 (its ``MixedPrecision`` is fixed when
+``FullyShardedDataParallel`` wraps
 the model), a change of the parameter storage dtype (``*-true`` on one side: the sharded parameters and the
 optimizer state would have to be cast and the float32 master copy of a mixed precision would be lost), switching
 *to* an fp8 precision mid-run (torchao converts Linear layers before sharding), and ``16-mixed`` with
 ``check_finite_grads=True``. Switching *away* from fp8 (``fp8-*`` / ``mxfp8-*`` -> ``bf16-mixed``, ``16-mixed`` or
-``32-true``) also makes torchao's converted layers plain again, in place (:mod:`precision_fsdp.float8_switch`).
+``32-true``) also makes torchao's converted layers plain again, in place ([`precision_fsdp.float8_switch`][]).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from precision_fsdp.policy import DtypePlan, dtype_name
 
 
 class SwitchingPlugin(Protocol):
-    """What :func:`problem` reads of the plugin (``FSDPPrecisionImpl`` has it; this module never imports the
+    """What [`problem`][precision_fsdp.switch.problem] reads of the plugin (``FSDPPrecisionImpl`` has it; this module
+    never imports the
     implementation, which imports it)."""
 
     @property
@@ -103,7 +106,7 @@ def problem(
 
 
 def next_plan(plan: DtypePlan, current: str, precision: str) -> DtypePlan:
-    """The :class:`~precision_fsdp.policy.DtypePlan` of ``precision``, keeping a ``reduce_dtype`` the user chose
+    """The [`DtypePlan`][precision_fsdp.policy.DtypePlan] of ``precision``, keeping a ``reduce_dtype`` the user chose
     (one that differs from ``current``'s default)."""
     chosen = plan.reduce if plan.reduce != DtypePlan.for_precision(_base(current)).reduce else None
     return DtypePlan.for_precision(_base(precision), chosen)
@@ -112,7 +115,7 @@ def next_plan(plan: DtypePlan, current: str, precision: str) -> DtypePlan:
 def update_policies(model: torch.nn.Module, policy: _compat.MixedPrecisionPolicy) -> int:
     """Give every FSDP2 unit of ``model`` except the ``keep_fp32`` ones (float32 policies of their own) ``policy``;
     return how many units changed. Call it between optimizer steps. A model that torchao converted to float8 is
-    first made plain again (:func:`precision_fsdp.float8_switch.restore_linears`; the target is never fp8: switches
+    first made plain again ([`precision_fsdp.float8_switch.restore_linears`][]; the target is never fp8: switches
     to fp8 are refused)."""
     float8_switch.restore_linears(model)
     changed = 0

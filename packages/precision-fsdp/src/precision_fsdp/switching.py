@@ -1,8 +1,10 @@
-"""The FSDP plugin's side of precision schedules (:class:`precision_base.PrecisionSchedule`): :class:`SwitchMixin`.
+"""The FSDP plugin's side of precision schedules ([`precision_base.PrecisionSchedule`][]):
+[`SwitchMixin`][precision_fsdp.switching.SwitchMixin].
 
-What a switch may change and what it keeps is :mod:`precision_fsdp.switch`'s; this mixin asks it and sets the
+What a switch may change and what it keeps is [`precision_fsdp.switch`][]'s; this mixin asks it and sets the
 plugin's own state (dtype plan, feature, scaler, step watch). A base of
-:class:`~precision_fsdp.implementation.FSDPPrecisionImpl`, which sets the state declared here in its ``__init__``; it
+[`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl], which sets the state declared here in its
+``__init__``; it
 overrides no Lightning method.
 """
 
@@ -24,7 +26,7 @@ from precision_fsdp.steps import StepWatch
 
 
 class SwitchMixin(PrecisionPlugin):
-    """``precision_switch_problem`` and ``switch_precision``, the hooks :class:`precision_base.PrecisionSchedule`
+    """``precision_switch_problem`` and ``switch_precision``, the hooks [`precision_base.PrecisionSchedule`][]
     calls."""
 
     _plan: DtypePlan
@@ -44,16 +46,17 @@ class SwitchMixin(PrecisionPlugin):
     ) -> Optional[str]:
         """Why this plugin cannot switch from ``current`` (default: its precision now) to ``precision`` (canonical)
         during a run, or ``None`` when it can (FSDP2, the same parameter storage dtype, no fp8 on either side). See
-        :mod:`precision_fsdp.switch`."""
+        [`precision_fsdp.switch`][]."""
         return switch.problem(self, precision, strategy, current, self._steps.check_finite)
 
     def switch_precision(self, precision: str, model: Optional[torch.nn.Module] = None) -> None:
         """Run ``precision`` (canonical) from the next step on: the plugin's dtypes, its table and scaler, and the
         ``MixedPrecisionPolicy`` of every FSDP2 unit of ``model``; parameters and optimizer state are kept. Call it
-        between optimizer steps (:class:`precision_base.PrecisionSchedule` does). See :mod:`precision_fsdp.switch`.
+        between optimizer steps ([`precision_base.PrecisionSchedule`][] does). See [`precision_fsdp.switch`][].
 
         Raises:
-            ValueError: :meth:`precision_switch_problem` names a reason.
+            ValueError: [`precision_switch_problem`][precision_fsdp.switching.SwitchMixin.precision_switch_problem]
+                names a reason.
         """
         reason = switch.problem(self, precision, check_finite_grads=self._steps.check_finite)
         if reason is not None:

@@ -1,7 +1,7 @@
 """What the FSDP plugin says about its dtypes: the ``dtypes()`` table and the ``describe()`` facts.
 
-Both are built from the plugin's :class:`~precision_fsdp.policy.DtypePlan`, its ``keep_fp32`` rules, its scaler and
-the feature of its precision (:mod:`precision_base.extra`: ``fp8-*`` adds its float8 facts); the plugin's
+Both are built from the plugin's [`DtypePlan`][precision_fsdp.policy.DtypePlan], its ``keep_fp32`` rules, its scaler and
+the feature of its precision ([`precision_base.extra`][]: ``fp8-*`` adds its float8 facts); the plugin's
 ``dtypes`` and ``describe`` only pass them in.
 """
 

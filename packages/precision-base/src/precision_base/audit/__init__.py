@@ -1,10 +1,13 @@
 """The runtime precision audit: does the precision that runs match the plugin's ``dtypes()`` table?
 
-:class:`PrecisionAudit` (a Lightning callback; ``precision_base.pytorch_lightning.PrecisionAudit`` for the other
-namespace) and :func:`audit_fabric_steps` (for Fabric) observe the first training steps of a real run through hooks
-(:mod:`precision_base.audit.observe`, :mod:`precision_base.audit.collectives`), compare every observation with the
-plugin's table and its documented exceptions (:mod:`precision_base.audit.compare`) and produce an
-:class:`AuditReport` of :class:`AuditRow` s (:mod:`precision_base.audit.report`). Only the public contract is used,
+[`PrecisionAudit`][precision_base.audit.PrecisionAudit] (a Lightning callback;
+``precision_base.pytorch_lightning.PrecisionAudit`` for the other
+namespace) and [`audit_fabric_steps`][precision_base.audit.audit_fabric_steps] (for Fabric) observe the first training
+steps of a real run through hooks
+([`precision_base.audit.observe`][], [`precision_base.audit.collectives`][]), compare every observation with the
+plugin's table and its documented exceptions ([`precision_base.audit.compare`][]) and produce an
+[`AuditReport`][precision_base.audit.AuditReport] of [`AuditRow`][precision_base.audit.AuditRow] s
+([`precision_base.audit.report`][]). Only the public contract is used,
 so a third-party plugin is audited with no code of its own. See the docs page "Precision audit".
 """
 

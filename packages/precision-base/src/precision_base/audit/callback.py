@@ -1,7 +1,8 @@
 """``PrecisionAudit``: the audit as a Lightning callback, for both namespaces, and the environment switch.
 
-The callback is written once as :class:`PrecisionAuditImpl` (no Lightning base) and built per namespace, like
-:class:`precision_base.PrecisionMonitor`: ``precision_base.PrecisionAudit`` for ``lightning.pytorch``,
+The callback is written once as [`PrecisionAuditImpl`][precision_base.audit.callback.PrecisionAuditImpl] (no Lightning
+base) and built per namespace, like
+[`precision_base.PrecisionMonitor`][]: ``precision_base.PrecisionAudit`` for ``lightning.pytorch``,
 ``precision_base.pytorch_lightning.PrecisionAudit`` for ``pytorch_lightning``.
 """
 
@@ -49,18 +50,22 @@ class PrecisionAuditImpl(_CallbackBase):
     """Observe the first ``steps`` optimizer steps of ``fit`` and compare every dtype with the plugin's table.
 
     Hooks are installed when training starts and removed after the ``steps``-th optimizer step; nothing is
-    installed before, or at all when the callback is not used. Then :attr:`report` holds the rows (role, module or
-    collective, expected, observed, ok) and :attr:`ok` the verdict; every logger gets ``precision_audit/ok``
+    installed before, or at all when the callback is not used. Then `report` holds the rows (role, module or
+    collective, expected, observed, ok) and [`ok`][precision_base.audit.callback.PrecisionAuditImpl.ok] the verdict;
+    every logger gets ``precision_audit/ok``
     (1.0/0.0) and ``precision_audit/mismatches``, and a logger with a ``log_dir`` gets ``precision_audit.txt`` and
     ``precision_audit.json`` there.
 
     Args:
         steps: optimizer steps to observe (default 1).
-        strict: on a mismatch on any rank, raise :class:`~precision_base.errors.PrecisionAuditError` on every rank
-            (default: warn with :class:`~precision_base.audit.PrecisionAuditWarning` listing the rows that differ).
+        strict: on a mismatch on any rank, raise [`PrecisionAuditError`][precision_base.errors.PrecisionAuditError] on
+            every rank
+            (default: warn with [`PrecisionAuditWarning`][precision_base.audit.PrecisionAuditWarning] listing the rows
+            that differ).
         print_report: print the whole report at rank 0 when the audit ends.
         at_step: start observing at this optimizer step (``trainer.global_step``) instead of when training starts,
-            e.g. the first step after a :class:`~precision_base.PrecisionSchedule` switch (default 0). The table
+            e.g. the first step after a [`PrecisionSchedule`][precision_base.PrecisionSchedule] switch (default 0). The
+            table
             compared with is the plugin's when observing starts.
 
     Raises:
@@ -111,7 +116,8 @@ class PrecisionAuditImpl(_CallbackBase):
 
         A step the loss scaler skipped (inf/NaN gradients, common in the first steps of ``16-mixed``) never calls
         ``optimizer.step``, so it shows no gradients or optimizer state: the audit waits for ``steps`` applied steps,
-        at most :data:`SKIPPED_STEPS_WAITED` more, then reports what it saw (a run that never steps is a finding).
+        at most [`SKIPPED_STEPS_WAITED`][precision_base.audit.callback.SKIPPED_STEPS_WAITED] more, then reports what it
+        saw (a run that never steps is a finding).
         """
         if self._session is None:
             return
@@ -168,7 +174,8 @@ class PrecisionAuditImpl(_CallbackBase):
 
 
 class PrecisionAudit(PrecisionAuditImpl, pl.Callback):
-    """:class:`PrecisionAuditImpl` for ``lightning.pytorch.Trainer`` (``precision_base.PrecisionAudit``).
+    """[`PrecisionAuditImpl`][precision_base.audit.callback.PrecisionAuditImpl] for ``lightning.pytorch.Trainer``
+    (``precision_base.PrecisionAudit``).
 
     Example::
 
@@ -180,7 +187,8 @@ class PrecisionAudit(PrecisionAuditImpl, pl.Callback):
 
 
 def audit_from_env(namespace: str = "lightning.pytorch") -> Optional[Any]:
-    """The callback :data:`ENV_VARIABLE` asks for (built for ``namespace``), or ``None`` when it is unset or ``0``.
+    """The callback [`ENV_VARIABLE`][precision_base.audit.callback.ENV_VARIABLE] asks for (built for ``namespace``), or
+    ``None`` when it is unset or ``0``.
 
     Raises:
         ValueError: the variable holds something else than ``1``, ``strict`` and ``steps=N``, comma-separated.
@@ -208,7 +216,8 @@ def audit_from_env(namespace: str = "lightning.pytorch") -> Optional[Any]:
 
 
 def add_audit_from_env(kwargs: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """``kwargs`` with the callback of :data:`ENV_VARIABLE` appended to ``callbacks`` (unchanged when unset, or
+    """``kwargs`` with the callback of [`ENV_VARIABLE`][precision_base.audit.callback.ENV_VARIABLE] appended to
+    ``callbacks`` (unchanged when unset, or
     when a ``PrecisionAudit`` is already there)."""
     callback = audit_from_env(namespace)
     if callback is None:

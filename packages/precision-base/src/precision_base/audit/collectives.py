@@ -1,6 +1,7 @@
 """Recording the collectives a backend issues, by wrapping ``torch.distributed`` functions while an audit runs.
 
-Which callables are wrapped, and why there (each is restored by :meth:`CollectiveTap.remove`):
+Which callables are wrapped, and why there (each is restored by
+[`CollectiveTap.remove`][precision_base.audit.collectives.CollectiveTap.remove]):
 
 * the functions of ``torch.distributed`` (FSDP2 calls them as ``dist.all_gather_single(...)``,
   ``dist.reduce_scatter_single(...)``, ``dist.all_reduce(...)`` through the module attribute, and older torch
@@ -89,7 +90,7 @@ def _payload(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[t
 
 
 class CollectiveTap:
-    """Wraps the collectives while installed; :attr:`calls` holds what was recorded, in call order."""
+    """Wraps the collectives while installed; `calls` holds what was recorded, in call order."""
 
     def __init__(self) -> None:
         self.calls: list[Collective] = []
@@ -125,7 +126,8 @@ class CollectiveTap:
         setattr(owner, attribute, self._wrap(name, original))
 
     def install(self) -> None:
-        """Wrap every collective named in :data:`REDUCTIONS` and :data:`GATHERS` that exists here."""
+        """Wrap every collective named in [`REDUCTIONS`][precision_base.audit.collectives.REDUCTIONS] and
+        [`GATHERS`][precision_base.audit.collectives.GATHERS] that exists here."""
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
 

@@ -1,29 +1,27 @@
 """What each observation should be, read from the plugin's public contract, and the rows comparing the two.
 
 The expectations (every one from ``plugin.dtypes()``, the plugin's precision name and the modules the plugin made
-float32 through :mod:`precision_base.keep_fp32`; nothing plugin-specific):
+float32 through [`precision_base.keep_fp32`][]; nothing plugin-specific):
 
-========================  ===============================================================================
-role                      expected
-========================  ===============================================================================
-parameters                ``parameters`` (float32 for parameters of kept modules): what the optimizer updates
-forward parameters        ``compute``; with ``autocast`` set, ``compute`` or ``parameters`` (autocast casts at
-                          each op); float32 inside kept modules
-autocast                  ``autocast`` (``"off"`` when ``None``); ``"off"`` inside kept modules
-compute                   ``compute`` for every matmul module's output; float32 inside kept modules
-float8                    fp8 precisions (``fp8-*``): float8 matrix products in at least one layer, and in every
-                          ``Float8*`` layer
-gradients                 ``parameters`` (what the optimizer sees is in the dtype of what it updates)
-optimizer state           ``parameters``
-reduction                 ``reduction`` for floating collectives of more than one element (scalars such as
-                          gradient norms, overflow flags and logged metrics are shown, not compared); float32
-                          too where a kept module's parameters were gathered in float32 (its own unit)
-gathering                 as forward parameters (float8 too for fp8 precisions; float32 too as for reduction)
-buffers                   ``buffers``; float32 inside kept modules
-inputs                    ``inputs`` for the floating tensors ``convert_input`` returns
-loss scale                above 1 when ``compute`` is float16 and ``parameters`` float32 (fp16 mixed), else none
-                          or 1.0, as ``precision_stats()["loss_scale"]`` reports it
-========================  ===============================================================================
+| role | expected |
+|---|---|
+| parameters | ``parameters`` (float32 for parameters of kept modules): what the optimizer updates |
+| forward parameters | ``compute``; with ``autocast`` set, ``compute`` or ``parameters`` (autocast casts at |
+|  | each op); float32 inside kept modules |
+| autocast | ``autocast`` (``"off"`` when ``None``); ``"off"`` inside kept modules |
+| compute | ``compute`` for every matmul module's output; float32 inside kept modules |
+| float8 | fp8 precisions (``fp8-*``): float8 matrix products in at least one layer, and in every |
+|  | ``Float8*`` layer |
+| gradients | ``parameters`` (what the optimizer sees is in the dtype of what it updates) |
+| optimizer state | ``parameters`` |
+| reduction | ``reduction`` for floating collectives of more than one element (scalars such as |
+|  | gradient norms, overflow flags and logged metrics are shown, not compared); float32 |
+|  | too where a kept module's parameters were gathered in float32 (its own unit) |
+| gathering | as forward parameters (float8 too for fp8 precisions; float32 too as for reduction) |
+| buffers | ``buffers``; float32 inside kept modules |
+| inputs | ``inputs`` for the floating tensors ``convert_input`` returns |
+| loss scale | above 1 when ``compute`` is float16 and ``parameters`` float32 (fp16 mixed), else none |
+|  | or 1.0, as ``precision_stats()["loss_scale"]`` reports it |
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ MAX_NAMES = 2
 
 
 def is_fp8_precision(precision: str) -> bool:
-    """Whether a precision name is a float8 recipe (``fp8-tensorwise``, ``fp8-rowwise``, ``mxfp8-...``, ``float8-...``)."""
+    """Whether a precision name is a float8 recipe (``fp8-tensorwise``, ``fp8-rowwise``, ``mxfp8-*``, ``float8-*``)."""
     return precision.split("-", 1)[0] in ("fp8", "float8", "mxfp8")
 
 

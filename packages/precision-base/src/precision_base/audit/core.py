@@ -17,7 +17,7 @@ class PrecisionAuditWarning(PrecisionPluginWarning):
 
 
 def plugin_table(plugin: Any) -> DtypeTable:
-    """``plugin.dtypes()``, checked to be a :class:`~precision_base.DtypeTable`.
+    """``plugin.dtypes()``, checked to be a [`DtypeTable`][precision_base.DtypeTable].
 
     Raises:
         TypeError: the precision plugin has no ``dtypes()`` (it is not a precision-base plugin), or it returned
@@ -68,7 +68,8 @@ class AuditSession:
         model: the model being trained.
         optimizers: its optimizers.
         steps: optimizer steps to observe (a positive int).
-        strict: raise :class:`~precision_base.errors.PrecisionAuditError` on a mismatch instead of warning.
+        strict: raise [`PrecisionAuditError`][precision_base.errors.PrecisionAuditError] on a mismatch instead of
+            warning.
         strategy: the strategy, handed to ``plugin.precision_stats`` for the loss scale.
     """
 

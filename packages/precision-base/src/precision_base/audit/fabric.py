@@ -11,7 +11,9 @@ from precision_base.audit.report import AuditReport
 
 
 class FabricAudit:
-    """What :func:`audit_fabric_steps` yields: :attr:`report` and :attr:`ok` once the ``with`` block ended."""
+    """What [`audit_fabric_steps`][precision_base.audit.fabric.audit_fabric_steps] yields:
+    [`report`][precision_base.audit.fabric.FabricAudit.report] and [`ok`][precision_base.audit.fabric.FabricAudit.ok]
+    once the ``with`` block ended."""
 
     def __init__(self, session: AuditSession) -> None:
         self._session = session
@@ -47,7 +49,7 @@ def audit_fabric_steps(
         model: the set-up model.
         optimizers: the set-up optimizers.
         steps: optimizer steps to observe (later ones in the block are not recorded).
-        strict: raise :class:`~precision_base.errors.PrecisionAuditError` on every rank on a mismatch.
+        strict: raise [`PrecisionAuditError`][precision_base.errors.PrecisionAuditError] on every rank on a mismatch.
 
     Raises:
         ValueError: ``steps`` is not a positive int.

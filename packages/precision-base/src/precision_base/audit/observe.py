@@ -1,12 +1,14 @@
 """The hooks an audit installs, and what they record (dtypes only; no tensor is kept or changed).
 
-:class:`Recorder` installs, on :meth:`Recorder.install`:
+[`Recorder`][precision_base.audit.observe.Recorder] installs, on
+[`Recorder.install`][precision_base.audit.observe.Recorder.install]:
 
 * a forward pre-hook on every module: the dtype of its own parameters as the forward sees them (FSDP2 has already
   all-gathered them there, DeepSpeed has cast them), of its own floating buffers, and, on matmul modules, whether
   ``torch.autocast`` is on and with which dtype;
 * inside the forward of a module that swaps in float32 copies of its half-precision parameters (DeepSpeed's native
-  mode, kept modules), the dtype of those copies (:func:`~precision_base.keep_fp32.watch_forward_parameters`): the
+  mode, kept modules), the dtype of those copies
+  ([`watch_forward_parameters`][precision_base.keep_fp32.watch_forward_parameters]): the
   "forward parameters" row shows them rather than the stored dtype the pre-hook saw;
 * a forward hook (run before any other forward hook of the module, so a kept module's output cast is not mistaken
   for its compute) on every matmul module (``Linear``, ``Conv*``, ``ConvTranspose*``, ``MultiheadAttention`` and
@@ -18,9 +20,9 @@
   optimizer holds one whose parameters are the float32 master partitions): the dtypes of the parameters it updates,
   of the gradients it sees and of its per-parameter state;
 * the plugin's ``convert_input``, wrapped: the dtypes of the floating tensors it returns;
-* the collectives (:class:`~precision_base.audit.collectives.CollectiveTap`).
+* the collectives ([`CollectiveTap`][precision_base.audit.collectives.CollectiveTap]).
 
-:meth:`Recorder.remove` takes every one of them away again.
+[`Recorder.remove`][precision_base.audit.observe.Recorder.remove] takes every one of them away again.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ class ModuleSeen:
     calls: int = 0
     in_forward: set[str] = field(default_factory=set)
     """Dtypes of the tensors a forward swapped in for the module's parameters, seen from inside that forward
-    (:func:`precision_base.keep_fp32.watch_forward_parameters`); empty where the forward used the parameters."""
+    ([`precision_base.keep_fp32.watch_forward_parameters`][]); empty where the forward used the parameters."""
 
     @property
     def forward_params(self) -> set[str]:
@@ -191,7 +193,7 @@ def _autocast_state(device_type: str) -> str:
 
 
 class _Unwatch:
-    """A ``remove()`` handle for :func:`precision_base.keep_fp32.watch_forward_parameters`."""
+    """A ``remove()`` handle for [`precision_base.keep_fp32.watch_forward_parameters`][]."""
 
     def __init__(self, stop: Any) -> None:
         self.remove = stop
@@ -223,7 +225,8 @@ class Recorder:
         self.installed = False
         self.recording = False
         self.limit: Optional[int] = None
-        """Stop recording when the next step begins after this many optimizer steps (``None``: at :meth:`remove`)."""
+        """Stop recording when the next step begins after this many optimizer steps (``None``: at
+        [`remove`][precision_base.audit.observe.Recorder.remove])."""
         self.reached = False
 
     # -- install / remove -------------------------------------------------------------------------------
@@ -252,7 +255,8 @@ class Recorder:
         self.installed = self.recording = True
 
     def stop_recording(self) -> None:
-        """Stop recording (the hooks stay until :meth:`remove`; safe to call from inside a hook)."""
+        """Stop recording (the hooks stay until [`remove`][precision_base.audit.observe.Recorder.remove]; safe to call
+        from inside a hook)."""
         self.recording = False
         self.tap.recording = False
 

@@ -1,8 +1,10 @@
 """The audit's report: what each role of the plugin's dtype table expects, and rows comparing it with what ran.
 
-Plain data (no torch import): an :class:`AuditReport` holds :class:`AuditRow` s (role, subject, expected, observed,
-ok) and renders them as a fixed-width table (:meth:`AuditReport.format`) or JSON-ready dicts
-(:meth:`AuditReport.as_dict`).
+Plain data (no torch import): an [`AuditReport`][precision_base.audit.report.AuditReport] holds
+[`AuditRow`][precision_base.audit.report.AuditRow] s (role, subject, expected, observed,
+ok) and renders them as a fixed-width table ([`AuditReport.format`][precision_base.audit.report.AuditReport.format]) or
+JSON-ready dicts
+([`AuditReport.as_dict`][precision_base.audit.report.AuditReport.as_dict]).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class AuditRow:
     """One comparison of the audit.
 
     Attributes:
-        role: one of :data:`ROLES`.
+        role: one of [`ROLES`][precision_base.audit.report.ROLES].
         subject: what was observed: modules (``"Linear x4: blocks.0.qkv, blocks.0.proj, ..."``), an optimizer or a
             collective (``"reduce_scatter_single x2, 12.0 KiB"``).
         expected: the dtype (or dtypes, ``"bfloat16 or float32"``) the plugin's table and its documented exceptions
@@ -67,13 +69,13 @@ def _mark(ok: Optional[bool]) -> str:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """What :class:`precision_base.PrecisionAudit` found on one rank.
+    """What [`precision_base.PrecisionAudit`][] found on one rank.
 
     Attributes:
         spec: the plugin's name, e.g. ``"fsdp:bf16-mixed"`` (the class name for plugins outside the contract).
         steps: the optimizer steps observed.
         rank: the global rank this report was made on.
-        rows: the comparisons, ordered by :data:`ROLES`.
+        rows: the comparisons, ordered by [`ROLES`][precision_base.audit.report.ROLES].
         other_ranks: mismatching rows other ranks reported, as ``(rank, row)`` (filled when the ranks compared).
     """
 
@@ -129,7 +131,7 @@ class AuditReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AuditReport:
-        """The inverse of :meth:`as_dict`."""
+        """The inverse of [`as_dict`][precision_base.audit.report.AuditReport.as_dict]."""
         rows = tuple(
             AuditRow(**{k: r[k] for k in ("role", "subject", "expected", "observed", "ok")}) for r in data["rows"]
         )

@@ -1,17 +1,18 @@
 """The two doors a plugin name comes in by: a Lightning Trainer and Lightning Fabric.
 
-* :mod:`precision_base.doors.combine`: what both doors do with ``precision_plugin=`` and ``plugins=``, driven by a
-  :class:`~precision_base.doors.combine.DoorDescription` of what differs;
-* :mod:`precision_base.doors.trainer`: the Trainer door (``precision_base.Trainer``'s mixin,
+* [`precision_base.doors.combine`][]: what both doors do with ``precision_plugin=`` and ``plugins=``, driven by a
+  [`DoorDescription`][precision_base.doors.combine.DoorDescription] of what differs;
+* [`precision_base.doors.trainer`][]: the Trainer door (``precision_base.Trainer``'s mixin,
   ``prepare_trainer_kwargs``, ``PL_TRAINER_PRECISION_PLUGIN``, the trainability check);
-* :mod:`precision_base.doors.fabric`: the Fabric door (``precision_base.Fabric``'s mixin, ``prepare_fabric_kwargs``,
+* [`precision_base.doors.fabric`][]: the Fabric door (``precision_base.Fabric``'s mixin, ``prepare_fabric_kwargs``,
   ``resolve_fabric``);
-* :mod:`precision_base.doors.identity`, exported here: which door a plugin class belongs to, and
-  :class:`WrongDoorError` for the other door's class (:func:`check_caller` for a plugin's ``convert_module``).
+* [`precision_base.doors.identity`][], exported here: which door a plugin class belongs to, and
+  [`WrongDoorError`][precision_base.doors.WrongDoorError] for the other door's class
+  ([`check_caller`][precision_base.doors.check_caller] for a plugin's ``convert_module``).
 
-Names resolve through :func:`precision_base.registry.resolve` at the door. The public names stay where they were:
-``precision_base.Trainer`` / ``Fabric`` / ``prepare_trainer_kwargs``, :mod:`precision_base.front_door` and
-:mod:`precision_base.fabric`. Importing this package imports no torch or Lightning module.
+Names resolve through [`precision_base.registry.resolve`][] at the door. The public names stay where they were:
+``precision_base.Trainer`` / ``Fabric`` / ``prepare_trainer_kwargs``, [`precision_base.front_door`][] and
+[`precision_base.fabric`][]. Importing this package imports no torch or Lightning module.
 """
 
 from precision_base.doors.identity import Door, WrongDoorError, check_caller, door_of, wrong_door_error

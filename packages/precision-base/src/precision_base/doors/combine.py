@@ -1,9 +1,11 @@
 """What both doors share: turning ``precision_plugin=`` and plugin names in ``plugins=`` into a door's arguments.
 
-:func:`combine_door_kwargs` runs the same steps for the Trainer and the Fabric door; what differs between them
-(name, namespaces, the plugin types in Lightning's message, the instance check) is a :class:`DoorDescription`
-(:data:`precision_base.doors.trainer.TRAINER`, :data:`precision_base.doors.fabric.FABRIC`). Names are resolved by
-:func:`precision_base.registry.resolve` at the door. Importing this module imports no Lightning module.
+[`combine_door_kwargs`][precision_base.doors.combine.combine_door_kwargs] runs the same steps for the Trainer and the
+Fabric door; what differs between them
+(name, namespaces, the plugin types in Lightning's message, the instance check) is a
+[`DoorDescription`][precision_base.doors.combine.DoorDescription]
+([`precision_base.doors.trainer.TRAINER`][], [`precision_base.doors.fabric.FABRIC`][]). Names are resolved by
+[`precision_base.registry.resolve`][] at the door. Importing this module imports no Lightning module.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from precision_base.spec import PRECISIONS, normalize_precision
 
 @dataclass(frozen=True)
 class DoorDescription:
-    """What differs between the Trainer and the Fabric door; :func:`combine_door_kwargs` does the rest.
+    """What differs between the Trainer and the Fabric door;
+    [`combine_door_kwargs`][precision_base.doors.combine.combine_door_kwargs] does the rest.
 
     Attributes:
-        name: ``"Trainer"`` or ``"Fabric"`` (the ``door=`` of :func:`precision_base.registry.resolve`).
+        name: ``"Trainer"`` or ``"Fabric"`` (the ``door=`` of [`precision_base.registry.resolve`][]).
         namespaces: the Lightning namespaces of the door's class; the first is the default.
         plugin_types: the plugin types Lightning names when it refuses an entry of ``plugins=`` at this door.
         bases: the Lightning classes the door's mixin is listed before, for the error without one.
@@ -52,8 +55,10 @@ class DoorDescription:
 
 class GradientWatch:
     """The first ``GRAD_CHECK_STEPS`` optimizer steps of a run, at either door: warns once
-    (:class:`~precision_base.cant_train.NoGradientWarning`) when no trainable parameter of the optimizer had a
-    gradient. Each door's callback calls :meth:`step` from its optimizer-step hook."""
+    ([`NoGradientWarning`][precision_base.cant_train.NoGradientWarning]) when no trainable parameter of the optimizer
+    had a
+    gradient. Each door's callback calls [`step`][precision_base.doors.combine.GradientWatch.step] from its
+    optimizer-step hook."""
 
     def __init__(self) -> None:
         self.steps = 0
@@ -84,7 +89,8 @@ _error_lock = threading.Lock()
 
 
 def _plugin_name_error(namespace: str, message: str) -> TrainerConfigurationError:
-    """A :class:`TrainerConfigurationError` that is also the namespace's ``MisconfigurationException`` (what
+    """A [`TrainerConfigurationError`][precision_base.errors.TrainerConfigurationError] that is also the namespace's
+    ``MisconfigurationException`` (what
     Lightning raises for a bad entry in ``plugins=``), so code catching either keeps working."""
     with _error_lock:
         cls = _error_classes.get(namespace)
@@ -178,8 +184,8 @@ def combine_door_kwargs(
     Args:
         precision_plugin: what the user passed as ``precision_plugin=`` (``None``, a name or an instance).
         kwargs: the door's other keyword arguments; not modified.
-        door: what differs per door (:data:`precision_base.doors.trainer.TRAINER`,
-            :data:`precision_base.doors.fabric.FABRIC`): the other door's plugin classes are refused.
+        door: what differs per door ([`precision_base.doors.trainer.TRAINER`][],
+            [`precision_base.doors.fabric.FABRIC`][]): the other door's plugin classes are refused.
         namespace: the Lightning namespace of the door's class (one of ``door.namespaces``).
     """
     if namespace not in door.namespaces:

@@ -1,15 +1,18 @@
 """The Fabric front door: ``precision_plugin="fsdp:bf16-mixed"`` for ``lightning.fabric.Fabric``.
 
-Three public forms, like the Trainer door (:mod:`precision_base.doors.trainer`):
+Three public forms, like the Trainer door ([`precision_base.doors.trainer`][]):
 
 * ``precision_base.Fabric``: ``lightning.fabric.Fabric`` with a ``precision_plugin=`` argument;
-* :class:`PrecisionPluginFabricMixin`, listed before a Fabric class in the bases of a user's own Fabric subclass
+* [`PrecisionPluginFabricMixin`][precision_base.doors.fabric.PrecisionPluginFabricMixin], listed before a Fabric class
+  in the bases of a user's own Fabric subclass
   (``lightning.fabric.Fabric`` or ``lightning_fabric.Fabric``; the namespace comes from the class);
-* :func:`prepare_fabric_kwargs`, for a Fabric subclass with its own ``__init__``.
+* [`prepare_fabric_kwargs`][precision_base.doors.fabric.prepare_fabric_kwargs], for a Fabric subclass with its own
+  ``__init__``.
 
 A name resolves to the backend's *Fabric* class (``PluginInfo.fabric_class``, derived from a
-``lightning.fabric.plugins.precision`` class), never to its Trainer class; :func:`resolve_fabric` does that and
-says so when a backend has no Fabric class (it is :func:`precision_base.registry.resolve` at ``door="Fabric"``).
+``lightning.fabric.plugins.precision`` class), never to its Trainer class;
+[`resolve_fabric`][precision_base.doors.fabric.resolve_fabric] does that and
+says so when a backend has no Fabric class (it is [`precision_base.registry.resolve`][] at ``door="Fabric"``).
 The plugin's ``configure_strategy`` then checks ``strategy=``: ``"auto"`` becomes the backend's Fabric strategy, a
 strategy that cannot work is an error saying what to pass.
 
@@ -56,24 +59,24 @@ def bind_device_from_inputs(plugin: PrecisionPlugin, data: Any) -> None:
 
 def fabric_class(backend: str) -> type:
     """The Fabric plugin class ``backend`` registers (``PluginInfo.fabric_class``), imported and checked: the
-    registry's one class lookup, for the Fabric door (:func:`precision_base.registry.get_plugin_class`).
+    registry's one class lookup, for the Fabric door ([`precision_base.registry.get_plugin_class`][]).
 
     Raises:
         FabricNotSupportedError: the backend has no Fabric class.
-        PrecisionPluginError: what :func:`precision_base.resolve` raises for a backend that cannot be used, or the
-            class is not a :class:`~precision_base.PrecisionPlugin` built on a Fabric precision class.
+        PrecisionPluginError: what [`precision_base.resolve`][] raises for a backend that cannot be used, or the
+            class is not a [`PrecisionPlugin`][precision_base.PrecisionPlugin] built on a Fabric precision class.
     """
     return get_plugin_class(backend, door="Fabric")
 
 
 def resolve_fabric(spec: object, *, namespace: str = "lightning.fabric", **options: Any) -> Any:
-    """:func:`precision_base.resolve` at the Fabric door: the instance is the backend's Fabric class, built for
+    """[`precision_base.resolve`][] at the Fabric door: the instance is the backend's Fabric class, built for
     ``namespace`` (``"lightning.fabric"`` or ``"lightning_fabric"``); ``options`` go to its constructor (the same
     options as the Trainer class takes). The same checks, in the same order, as the Trainer door.
 
     Raises:
         FabricNotSupportedError: the backend has no Fabric class.
-        PrecisionPluginError: everything :func:`precision_base.resolve` raises.
+        PrecisionPluginError: everything [`precision_base.resolve`][] raises.
     """
     return resolve(spec, door="Fabric", namespace=namespace, **options)
 
@@ -100,7 +103,7 @@ FABRIC = combine.DoorDescription(
     check_instance=_checked_instance,
     keep=(FabricNotSupportedError,),
 )
-"""The Fabric door, as :func:`~precision_base.doors.combine.combine_door_kwargs` sees it."""
+"""The Fabric door, as [`combine_door_kwargs`][precision_base.doors.combine.combine_door_kwargs] sees it."""
 
 
 def prepare_fabric_kwargs(
@@ -108,7 +111,7 @@ def prepare_fabric_kwargs(
 ) -> dict[str, Any]:
     """Turn ``precision_plugin=`` and plugin names in ``plugins=`` into Fabric keyword arguments.
 
-    The function form of :class:`PrecisionPluginFabricMixin`::
+    The function form of [`PrecisionPluginFabricMixin`][precision_base.doors.fabric.PrecisionPluginFabricMixin]::
 
         class MyFabric(lightning.fabric.Fabric):
             def __init__(self, *, precision_plugin=None, **kwargs):
@@ -143,7 +146,8 @@ class PrecisionPluginFabricMixin:
         precision_plugin: a plugin name ``"<backend>:<precision>"`` (e.g. ``"deepspeed:bf16-mixed"``) resolved to
             the backend's Fabric class, or an instance of a Fabric plugin class. ``None`` leaves Fabric as it is,
             except that plugin names in ``plugins=`` are resolved.
-        **kwargs: every argument of Lightning's ``Fabric``; see :func:`prepare_fabric_kwargs`.
+        **kwargs: every argument of Lightning's ``Fabric``; see
+            [`prepare_fabric_kwargs`][precision_base.doors.fabric.prepare_fabric_kwargs].
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -185,7 +189,8 @@ class PrecisionPluginFabricMixin:
 
     def setup_module(self, module: Any, *args: Any, **kwargs: Any) -> Any:
         """Lightning's ``Fabric.setup_module``; remembers the model's parameters from before, so that
-        :meth:`setup_optimizers` can refuse an optimizer created before this call."""
+        [`setup_optimizers`][precision_base.doors.fabric.PrecisionPluginFabricMixin.setup_optimizers] can refuse an
+        optimizer created before this call."""
         if not self._checks_apply():
             return super().setup_module(module, *args, **kwargs)  # type: ignore[misc]
         before = ReplacedParameters(module)
@@ -195,7 +200,8 @@ class PrecisionPluginFabricMixin:
 
     def setup_optimizers(self, *optimizers: Any) -> Any:
         """Lightning's ``Fabric.setup_optimizers``, refusing (under a precision plugin) an optimizer that holds a
-        set-up model's parameters from before :meth:`setup_module` replaced them.
+        set-up model's parameters from before
+        [`setup_module`][precision_base.doors.fabric.PrecisionPluginFabricMixin.setup_module] replaced them.
 
         Raises:
             precision_base.cant_train.StaleOptimizerError: the message names the parameters and gives the fix.

@@ -4,8 +4,9 @@ A plugin package offers two classes per backend: the Trainer class (``PluginInfo
 ``lightning.pytorch``'s precision class) and the Fabric class (``PluginInfo.fabric_class``, built on
 ``lightning.fabric``'s). Lightning's Trainer-side precision classes derive from Fabric's ``Precision``, so
 ``lightning.fabric.Fabric(plugins=[<Trainer class instance>])`` accepts one and fails much later (an
-``AttributeError`` in ``fabric.backward``). The doors (:mod:`precision_base.doors.trainer`,
-:mod:`precision_base.doors.fabric`) refuse such an instance when they are called; :func:`check_caller` lets a
+``AttributeError`` in ``fabric.backward``). The doors ([`precision_base.doors.trainer`][],
+[`precision_base.doors.fabric`][]) refuse such an instance when they are called;
+[`check_caller`][precision_base.doors.identity.check_caller] lets a
 plugin's ``convert_module`` refuse it when Lightning's own ``Fabric.setup`` (or a Trainer strategy) sets it up.
 
 Importing this module imports no torch or Lightning module.
@@ -69,7 +70,8 @@ def wrong_door_error(plugin: Any, door: Door, *, where: str = "") -> WrongDoorEr
         where: how it was handed over, e.g. ``"precision_plugin="`` or ``"Fabric.setup()"``; shown in the message.
 
     Returns:
-        A :class:`WrongDoorError` whose message names the class to use for ``door`` (from the backend's
+        A [`WrongDoorError`][precision_base.doors.identity.WrongDoorError] whose message names the class to use for
+        ``door`` (from the backend's
         ``PluginInfo``) and the plugin name that builds it.
     """
     built_for: Door = "Fabric" if door == "Trainer" else "Trainer"
@@ -105,7 +107,7 @@ _LIGHTNING_PACKAGES = {
 def _calling_door(depth: int) -> tuple[Optional[Door], str]:
     """The door of the first Lightning module among the 8 frames above ``depth`` frames of the call stack, and where
     in it the call came from (``"Fabric.setup()"``, ``"lightning.pytorch.strategies.model_parallel (setup)"``).
-    The frames come from :func:`precision_base._compat.caller_frames` (``sys._getframe``, fenced there)."""
+    The frames come from `precision_base._compat.caller_frames` (``sys._getframe``, fenced there)."""
     for module, function in caller_frames(depth + 1, 8):
         for package, door in _LIGHTNING_PACKAGES.items():
             if module == package or module.startswith(package + "."):

@@ -2,13 +2,17 @@
 
 Two public forms, for both Lightning namespaces (``lightning.pytorch`` and ``pytorch_lightning``):
 
-* :class:`PrecisionPluginTrainerMixin`, listed before a Lightning ``Trainer`` class in the bases of a Trainer
+* [`PrecisionPluginTrainerMixin`][precision_base.doors.trainer.PrecisionPluginTrainerMixin], listed before a Lightning
+  ``Trainer`` class in the bases of a Trainer
   class (``precision_base.Trainer`` and ``precision_base.pytorch_lightning.Trainer`` are exactly that). It finds
   the namespace from the class it is mixed into, honours ``PL_<CLASS>_<ARGUMENT>`` environment defaults the way
-  Lightning's Trainer does (``PL_TRAINER_PRECISION_PLUGIN`` included), and calls :func:`prepare_trainer_kwargs`.
-* :func:`prepare_trainer_kwargs`, for a Trainer subclass that writes its own ``__init__``.
+  Lightning's Trainer does (``PL_TRAINER_PRECISION_PLUGIN`` included), and calls
+  [`prepare_trainer_kwargs`][precision_base.doors.trainer.prepare_trainer_kwargs].
+* [`prepare_trainer_kwargs`][precision_base.doors.trainer.prepare_trainer_kwargs], for a Trainer subclass that writes
+  its own ``__init__``.
 
-The steps both doors share are :func:`precision_base.doors.combine.combine_door_kwargs`, driven by :data:`TRAINER`.
+The steps both doors share are [`precision_base.doors.combine.combine_door_kwargs`][], driven by
+[`TRAINER`][precision_base.doors.trainer.TRAINER].
 Importing this module imports no Lightning module; each call imports the namespace it works for.
 """
 
@@ -62,7 +66,7 @@ TRAINER = combine.DoorDescription(
     bases="lightning.Trainer or pytorch_lightning.Trainer",
     check_instance=_checked_instance,
 )
-"""The Trainer door, as :func:`~precision_base.doors.combine.combine_door_kwargs` sees it."""
+"""The Trainer door, as [`combine_door_kwargs`][precision_base.doors.combine.combine_door_kwargs] sees it."""
 
 
 def prepare_trainer_kwargs(
@@ -70,7 +74,8 @@ def prepare_trainer_kwargs(
 ) -> dict[str, Any]:
     """Turn ``precision_plugin=`` and plugin names in ``plugins=`` into Lightning Trainer keyword arguments.
 
-    The function form of :class:`PrecisionPluginTrainerMixin`, for a Trainer subclass with its own ``__init__``::
+    The function form of [`PrecisionPluginTrainerMixin`][precision_base.doors.trainer.PrecisionPluginTrainerMixin], for
+    a Trainer subclass with its own ``__init__``::
 
         class MyTrainer(lightning.Trainer):
             def __init__(self, *, precision_plugin=None, **kwargs):
@@ -93,7 +98,7 @@ def prepare_trainer_kwargs(
             instance was built for the other namespace, a string in ``plugins=`` is not a plugin name (this one is
             also Lightning's ``MisconfigurationException``), or the plugin cannot work with ``strategy=``.
         TypeError: ``precision_plugin`` is neither a name nor a ``Precision``.
-        PrecisionPluginError: a name that cannot be resolved raises what :func:`precision_base.resolve` raises.
+        PrecisionPluginError: a name that cannot be resolved raises what [`precision_base.resolve`][] raises.
     """
     if namespace not in NAMESPACES:
         raise ValueError(f"namespace must be one of {NAMESPACES}, got {describe(namespace)}")
@@ -162,7 +167,8 @@ class PrecisionPluginTrainerMixin:
             the installed plugins and built for the Trainer's namespace, or a ``Precision`` instance of that
             namespace. ``None`` (the default) leaves the Trainer exactly as Lightning's, except that plugin names
             in ``plugins=`` are resolved.
-        **kwargs: every argument of the Lightning Trainer; see :func:`prepare_trainer_kwargs`.
+        **kwargs: every argument of the Lightning Trainer; see
+            [`prepare_trainer_kwargs`][precision_base.doors.trainer.prepare_trainer_kwargs].
     """
 
     __signature__ = _LightningVisibleSignature()
@@ -191,10 +197,11 @@ _check_classes: dict[str, type] = {}
 
 def _trainability_check(namespace: str) -> type:
     """The Trainer door's callback (built once per namespace) that refuses or warns about a run that cannot train
-    (:mod:`precision_base.cant_train`): at ``setup`` it notes the LightningModule's parameters; at ``on_fit_start``
+    ([`precision_base.cant_train`][]): at ``setup`` it notes the LightningModule's parameters; at ``on_fit_start``
     (after ``configure_model`` and ``configure_optimizers``) an optimizer that holds parameters the strategy
-    replaced raises :class:`~precision_base.cant_train.StaleOptimizerError`; on the first optimizer steps, no
-    trainable parameter with a gradient warns (:class:`~precision_base.cant_train.NoGradientWarning`)."""
+    replaced raises [`StaleOptimizerError`][precision_base.cant_train.StaleOptimizerError]; on the first optimizer
+    steps, no
+    trainable parameter with a gradient warns ([`NoGradientWarning`][precision_base.cant_train.NoGradientWarning])."""
     with _lock:
         cls = _check_classes.get(namespace)
         if cls is None:
@@ -206,7 +213,7 @@ def _trainability_check(namespace: str) -> type:
 
 
 class _TrainabilityCheckImpl:
-    """The code of :func:`_trainability_check`'s callback (Lightning's ``Callback`` hooks; no Lightning base here)."""
+    """The code of `_trainability_check`'s callback (Lightning's ``Callback`` hooks; no Lightning base here)."""
 
     def __init__(self) -> None:
         self._before: Optional[ReplacedParameters] = None

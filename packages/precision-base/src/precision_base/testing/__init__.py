@@ -8,13 +8,13 @@ Usage, in a plugin package's tests::
         backend = "mybackend"          # the entry-point name the plugin registers
 
 Every test runs once per precision the plugin declares. A plugin that is not installed can be checked too,
-by also setting ``plugin_info`` (its :class:`~precision_base.PluginInfo`) and ``plugin_class``; the kit then
+by also setting ``plugin_info`` (its [`PluginInfo`][precision_base.PluginInfo]) and ``plugin_class``; the kit then
 registers it in-process for the duration of the class.
 
 Install it with its test dependency: ``pip install precision-base[testing]`` (brings pytest). The kit is a
 base class for test classes, not a pytest plugin: nothing registers itself with pytest. Beside the kit:
-:mod:`precision_base.testing.ranks` (the launcher of the opt-in audited 2-process fit, ``audit_fit = True``, whose
-rank code is :mod:`precision_base.testing.audit_fit`). This repository's own test helpers (toy models, wheels,
+[`precision_base.testing.ranks`][] (the launcher of the opt-in audited 2-process fit, ``audit_fit = True``, whose
+rank code is [`precision_base.testing.audit_fit`][]). This repository's own test helpers (toy models, wheels,
 the dummy plugin) are in the unpublished workspace package ``precision-testsupport``, not in this package.
 """
 

@@ -29,7 +29,7 @@ _QUIET: dict[str, Any] = dict(
 
 
 def _regressor() -> Any:
-    """A :class:`TinyRegressor` (its class is made on first use: importing this module imports no Lightning)."""
+    """A `TinyRegressor` (its class is made on first use: importing this module imports no Lightning)."""
     import lightning.pytorch as pl
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset

@@ -1,4 +1,4 @@
-"""The checks of the conformance kit; see :mod:`precision_base.testing` for how to use them.
+"""The checks of the conformance kit; see [`precision_base.testing`][] for how to use them.
 
 Every check asserts with a message that names the plugin, the precision and what was expected, so a failure reads
 on its own without pytest's assertion rewriting.
@@ -67,7 +67,8 @@ def _assert_same_state(left: Any, right: Any, where: str = "state") -> None:
 
 
 class ConformanceChecks:
-    """The checks both kits run (:class:`PluginConformance`, ``FabricPluginConformance``); subclass one of those."""
+    """The checks both kits run ([`PluginConformance`][precision_base.testing.conformance.PluginConformance],
+    ``FabricPluginConformance``); subclass one of those."""
 
     backend: ClassVar[str]
     plugin_info: ClassVar[Optional[PluginInfo]] = None
@@ -351,10 +352,13 @@ class ConformanceChecks:
 
 class PluginConformance(ConformanceChecks):
     """Subclass this in a test module and set ``backend``; pytest collects the checks below (those of
-    :class:`ConformanceChecks`, run on the backend's Trainer class) and the opt-in audited Trainer fit."""
+    [`ConformanceChecks`][precision_base.testing.conformance.ConformanceChecks], run on the backend's Trainer class) and
+    the opt-in audited Trainer fit."""
 
     audit_fit: ClassVar[bool] = False
-    """Set True to run :meth:`test_strict_audit_of_a_real_two_process_fit` (2 CPU processes, 20-60 s); off by
+    """Set True to run
+    [`test_strict_audit_of_a_real_two_process_fit`][precision_base.testing.conformance.PluginConformance.test_strict_audit_of_a_real_two_process_fit]
+    (2 CPU processes, 20-60 s); off by
     default so that the kit's other checks stay fast (the check then reports itself skipped, saying so)."""
     audit_fit_precisions: ClassVar[tuple[str, ...]] = ()
     """The precisions the audited 2-process fit runs; ``()`` (the default): every declared one."""

@@ -1,15 +1,15 @@
 """The conformance kit for a backend's Fabric class (``PluginInfo.fabric_class``).
 
-Usage, in a plugin package's tests, next to :class:`~precision_base.testing.PluginConformance`::
+Usage, in a plugin package's tests, next to `PluginConformance`::
 
     from precision_base.testing import FabricPluginConformance
 
     class TestMyFabricConformance(FabricPluginConformance):
         backend = "mybackend"
 
-Every shared check (:class:`~precision_base.testing.conformance.ConformanceChecks`, which
-:class:`~precision_base.testing.PluginConformance` runs too) runs against the Fabric class built by
-:func:`precision_base.resolve_fabric` (conversions, contexts, the dtype table, state and pickling), with the
+Every shared check ([`ConformanceChecks`][precision_base.testing.conformance.ConformanceChecks], which
+`PluginConformance` runs too) runs against the Fabric class built by
+[`precision_base.resolve_fabric`][] (conversions, contexts, the dtype table, state and pickling), with the
 Trainer-specific checks replaced by their Fabric counterparts (the Trainer kit's audited ``Trainer.fit`` is not
 inherited), plus checks that the two classes are one
 implementation (the same dtype table and ``describe()``) and that each door refuses the other's class.
@@ -32,8 +32,9 @@ from precision_base.testing.conformance import ConformanceChecks
 class FabricPluginConformance(ConformanceChecks):
     """Subclass this in a test module and set ``backend``; pytest collects the checks below, once per precision.
 
-    It shares the checks of :class:`~precision_base.testing.conformance.ConformanceChecks` with the Trainer kit, not
-    the Trainer kit's audited ``Trainer.fit`` (that one is :class:`~precision_base.testing.PluginConformance`'s)."""
+    It shares the checks of [`ConformanceChecks`][precision_base.testing.conformance.ConformanceChecks] with the Trainer
+    kit, not
+    the Trainer kit's audited ``Trainer.fit`` (that one is `PluginConformance`'s)."""
 
     @pytest.fixture
     def plugin_cls(self) -> Any:

@@ -1,17 +1,17 @@
 """Every touch point of a private or undocumented Lightning, torch or DeepSpeed symbol, in one place.
 
 The rest of the package reaches such symbols only through this package: its functions, and the strategy hooks
-(:mod:`~precision_deepspeed._compat.strategies`), the only overrides of private Lightning methods.
-:data:`FENCED` (:mod:`~precision_deepspeed._compat.fence`) lists each one with the parameters the package relies
+(`strategies`), the only overrides of private Lightning methods.
+`FENCED` (`fence`) lists each one with the parameters the package relies
 on; ``tests/test_compat.py`` checks every entry against the installed releases in milliseconds and fails with one
 line naming the symbol that moved. Version-dependent behaviour is chosen here by feature detection (never by
 comparing version numbers).
 
-* :mod:`~precision_deepspeed._compat.lightning`: Lightning's (namespaces, strategy config and registry, seed,
+* `lightning`: Lightning's (namespaces, strategy config and registry, seed,
   module hooks);
-* :mod:`~precision_deepspeed._compat.deepspeed`: DeepSpeed's and torch's (feature detection, loss scale and skipped
+* `deepspeed`: DeepSpeed's and torch's (feature detection, loss scale and skipped
   steps, float32 parameter copies, the CPU communication op);
-* :mod:`~precision_deepspeed._compat.strategies`: the private ``DeepSpeedStrategy`` methods the CPU strategies
+* `strategies`: the private ``DeepSpeedStrategy`` methods the CPU strategies
   replace.
 
 Importing this package imports none of torch, Lightning and DeepSpeed; its functions import what they ask about.

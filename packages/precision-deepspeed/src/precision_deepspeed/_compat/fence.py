@@ -1,7 +1,7 @@
 """The fence's list: every private or undocumented Lightning, torch or DeepSpeed symbol the package touches, with
 the parameters it relies on. ``tests/test_compat.py`` checks every entry against the installed releases in
 milliseconds and fails with one line naming the symbol that moved. Each entry is a
-:class:`precision_base.fence.Fenced`, the shape the FSDP plugin's fence has too.
+[`precision_base.fence.Fenced`][], the shape the FSDP plugin's fence has too.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def remove_deepspeed_hooks(model: Any) -> int:
 def module_hooks_kept(strategy: Any) -> Iterator[None]:
     """Within the block, Lightning's ``remove_module_hooks`` (which
     ``DeepSpeedStrategy._initialize_deepspeed_inference`` calls before it builds the evaluation engine, and which
-    empties *every* hook table of every module) removes only DeepSpeed's hooks (:func:`remove_deepspeed_hooks`), in
+    empties *every* hook table of every module) removes only DeepSpeed's hooks (`remove_deepspeed_hooks`), in
     the strategy's Lightning namespace."""
     module: Any = importlib.import_module(_root_of(strategy) + ".strategies.deepspeed")
     original = module.remove_module_hooks
@@ -181,7 +181,7 @@ FORMAT_MARKER = "gradient_accumulation_steps"
 def lightning_written_keys(strategy: Any) -> frozenset[str]:
     """Top-level keys of ``strategy.config`` that Lightning's ``_format_config`` added, not the user.
 
-    Before Lightning formats the config there are none. Lightning's formatting adds :data:`FORMAT_MARKER` first
+    Before Lightning formats the config there are none. Lightning's formatting adds `FORMAT_MARKER` first
     (and refuses it in a user's config), then writes the batch size, ``gradient_clipping`` and the ``fp16``/``bf16``
     section only where the user's config has none: so the keys from the marker on are Lightning's, and the keys
     before it are the user's. ``tests/test_compat.py`` checks this against Lightning's real ``_format_config``.
@@ -207,7 +207,7 @@ def strategy_registry(namespace: str) -> Any:
 
 
 def registered_class(registry: Any, name: str) -> Any:
-    """The strategy class ``name`` builds in ``registry`` (see :func:`strategy_registry`)."""
+    """The strategy class ``name`` builds in ``registry`` (see `strategy_registry`)."""
     return registry[name]["strategy"]
 
 
@@ -232,7 +232,7 @@ def after_closure(plugin: Any, model: Any, optimizer: Any) -> None:
 
 
 def keep_module_hooks_in_evaluation(strategy: Any) -> None:
-    """Make a Lightning ``DeepSpeedStrategy`` instance build its evaluation engine under :func:`module_hooks_kept`:
+    """Make a Lightning ``DeepSpeedStrategy`` instance build its evaluation engine under `module_hooks_kept`:
     wraps the instance's ``_initialize_deepspeed_inference`` (Lightning's class is untouched)."""
     build = strategy._initialize_deepspeed_inference
 

@@ -1,8 +1,8 @@
 """The private methods of Lightning's two ``DeepSpeedStrategy`` classes that the CPU strategies replace, held here.
 
-:class:`TrainerStrategyHooks` (for ``lightning.pytorch``/``pytorch_lightning``) and :class:`FabricStrategyHooks`
+`TrainerStrategyHooks` (for ``lightning.pytorch``/``pytorch_lightning``) and `FabricStrategyHooks`
 (for ``lightning.fabric``/``lightning_fabric``) override only private Lightning methods, and each override hands
-over to a public-named method of :class:`precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl`, where the logic
+over to a public-named method of [`precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl`][], where the logic
 is (``engine_rank``, ``on_cpu``, ``setup_cpu_distributed``, ``before_format_config``). A CPU strategy lists the
 implementation mixin first, then the hooks of its door, then Lightning's class.
 
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from torch.nn import Module
 
     class _Delegates:
-        """The methods of :class:`~precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl` the hooks hand over to."""
+        """The methods of [`DeepSpeedCPUStrategyImpl`][precision_deepspeed.strategy.DeepSpeedCPUStrategyImpl] the hooks
+        hand over to."""
 
         def on_cpu(self) -> bool: ...
 
@@ -64,7 +65,7 @@ class TrainerStrategyHooks(_TrainerHooksBase):
         mixture-of-experts model lost the forward hooks that record its router logits and failed with
         ``IndexError: tuple index out of range`` in its load-balancing loss; a ``keep_fp32`` module lost its float32
         forward). Here only the hooks defined by DeepSpeed are removed
-        (:func:`precision_deepspeed._compat.remove_deepspeed_hooks`), on every accelerator.
+        (`precision_deepspeed._compat.remove_deepspeed_hooks`), on every accelerator.
         """
         with self.engine_rank(), module_hooks_kept(self):
             super()._initialize_deepspeed_inference(model)

@@ -5,15 +5,15 @@ Nothing else in ``precision_fsdp`` names an underscore attribute of torch, torch
 private module, or asks which version is installed. The package holds the touch points themselves, by what they
 touch:
 
-* :mod:`~precision_fsdp._compat.torch_fsdp`: where FSDP2 and DTensor live per torch version, FSDP2 on CPU, the
+* `torch_fsdp`: where FSDP2 and DTensor live per torch version, FSDP2 on CPU, the
   FSDP1 scaler, a DTensor's local tensor, FSDP2's mixed-precision policy after ``fully_shard``;
-* :mod:`~precision_fsdp._compat.torchao`: which of torchao's training API paths the installed torchao has;
-* :mod:`~precision_fsdp._compat.float8_switch`: torchao's weight wrappers, ``Float8Linear`` and FSDP2's
+* `torchao`: which of torchao's training API paths the installed torchao has;
+* `float8_switch`: torchao's weight wrappers, ``Float8Linear`` and FSDP2's
   ``FSDPParam`` as switching a sharded model away from fp8 undoes torchao's conversion;
-* :mod:`~precision_fsdp._compat.lightning`: Lightning's private attributes and functions the plugin reads, sets or
+* `lightning`: Lightning's private attributes and functions the plugin reads, sets or
   routes (input dtype, mesh sizes, ``configure_model`` detection, ``ThroughputMonitor``, the FSDP1-on-CPU check).
 
-Each entry says what it touches and why; :data:`FENCED` lists them all (:class:`precision_base.fence.Fenced`, the
+Each entry says what it touches and why; `FENCED` lists them all ([`precision_base.fence.Fenced`][], the
 shape both plugins use), and ``tests/test_compat.py`` checks in milliseconds that each still exists with the shape
 used here, so that a release that moves one fails with a one-line message naming it instead of a broken training
 run. Version switches are chosen by feature detection (does the module have the name?), never by version numbers.

@@ -1,8 +1,8 @@
 """The fence, float8-switch part: switching a sharded model away from torchao's float8 training
-(:mod:`precision_fsdp.float8_switch`).
+([`precision_fsdp.float8_switch`][]).
 
 Every private torch / torchao attribute that undoing torchao's conversion on an FSDP2-sharded model touches, one
-small function each. See :mod:`precision_fsdp._compat` for the rules; :data:`FENCED` lists this module's entries
+small function each. See `precision_fsdp._compat` for the rules; `FENCED` lists this module's entries
 (part of the package's ``FENCED``, checked by ``tests/test_compat.py``):
 
 * torchao's weight wrappers keep the float32 weight as an attribute: ``WeightWithDynamicFloat8CastTensor._tensor``
@@ -48,7 +48,7 @@ FLOAT8_LINEAR_ATTRS: Final[tuple[str, ...]] = (
 """What ``Float8Linear.__init__`` adds to a ``torch.nn.Linear`` (removed when it becomes one again)."""
 
 FSDP2_PARAM_ATTRS: Final[tuple[str, ...]] = ("_sharded_param_data", "sharded_param", "sharded_state")
-"""The ``FSDPParam`` attributes :func:`unwrap_fsdp_param` reads or replaces."""
+"""The ``FSDPParam`` attributes `unwrap_fsdp_param` reads or replaces."""
 
 
 def _loaded(module_name: str, name: str) -> Any:

@@ -1,7 +1,7 @@
 """The fence, Lightning part: private or undocumented Lightning symbols and behaviours the plugin relies on.
 
 Lightning symbols are looked up in the namespace at hand (``lightning.pytorch`` or ``pytorch_lightning``) where the
-caller passes it. See :mod:`precision_fsdp._compat` for the rules; :data:`FENCED` lists this module's entries.
+caller passes it. See `precision_fsdp._compat` for the rules; `FENCED` lists this module's entries.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ the scaler it builds (``torch.amp.GradScaler`` for FSDP2, ``ShardedGradScaler`` 
 
 
 def set_lightning_input_dtype(plugin: Any, dtype: torch.dtype) -> None:
-    """Set :data:`INPUT_DTYPE_ATTR` on ``plugin``."""
+    """Set `INPUT_DTYPE_ATTR` on ``plugin``."""
     setattr(plugin, INPUT_DTYPE_ATTR, dtype)
 
 
@@ -55,7 +55,7 @@ def configure_model_counted_as_overridden(module: Any) -> Iterator[None]:
     """Inside the block, Lightning's ``is_overridden("configure_model", module)`` is true.
 
     ``ModelParallelStrategy.setup`` refuses a LightningModule that does not override ``configure_model`` (it assumes
-    nothing else shards the model). When :class:`~precision_fsdp.fsdp2_strategy.FSDP2Strategy` has sharded the
+    nothing else shards the model). When [`FSDP2Strategy`][precision_fsdp.fsdp2_strategy.FSDP2Strategy] has sharded the
     model itself, it runs Lightning's ``setup`` inside this block. Undocumented behaviour used: ``is_overridden``
     compares ``getattr(module, "configure_model")`` with ``LightningModule.configure_model``, so an instance
     attribute holding another function counts as an override. The attribute is removed on exit. A LightningModule

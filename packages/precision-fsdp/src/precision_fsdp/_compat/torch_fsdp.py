@@ -1,6 +1,6 @@
 """The fence, torch part: FSDP1/FSDP2 and DTensor locations by version, FSDP2's private fields, the scaler.
 
-See :mod:`precision_fsdp._compat` for the rules; :data:`FENCED` lists this module's entries.
+See `precision_fsdp._compat` for the rules; `FENCED` lists this module's entries.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ SHARDED_GRAD_SCALER_MODULE: Final = "torch.distributed.fsdp.sharded_grad_scaler"
 
 
 def sharded_grad_scaler_class() -> type[torch.amp.GradScaler]:
-    """FSDP1's ``ShardedGradScaler`` (undocumented module :data:`SHARDED_GRAD_SCALER_MODULE`)."""
+    """FSDP1's ``ShardedGradScaler`` (undocumented module `SHARDED_GRAD_SCALER_MODULE`)."""
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
     return ShardedGradScaler

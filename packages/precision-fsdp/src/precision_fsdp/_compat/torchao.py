@@ -1,6 +1,6 @@
 """The fence, torchao part: which of torchao's training API paths the installed torchao has (feature detection).
 
-torchao is optional and imported only when asked. See :mod:`precision_fsdp._compat` for the rules.
+torchao is optional and imported only when asked. See `precision_fsdp._compat` for the rules.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _attrs(module_name: str, *names: str) -> bool:
 
 @functools.cache
 def torchao_training_paths() -> tuple[str, ...]:
-    """Which of torchao's training API paths the installed torchao has (:data:`MODULE_SWAP`, :data:`WEIGHT_WRAPPER`;
+    """Which of torchao's training API paths the installed torchao has (`MODULE_SWAP`, `WEIGHT_WRAPPER`;
     empty without torchao), found by probing the names each path needs."""
     paths = []
     if _attrs("torchao.float8", "convert_to_float8_training", "Float8LinearConfig"):

@@ -67,8 +67,7 @@ def _assert_same_state(left: Any, right: Any, where: str = "state") -> None:
 
 
 class ConformanceChecks:
-    """The checks both kits run ([`PluginConformance`][precision_base.testing.conformance.PluginConformance],
-    ``FabricPluginConformance``); subclass one of those."""
+    """The checks both kits run (``PluginConformance``, ``FabricPluginConformance``); subclass one of those."""
 
     backend: ClassVar[str]
     plugin_info: ClassVar[Optional[PluginInfo]] = None
@@ -352,14 +351,11 @@ class ConformanceChecks:
 
 class PluginConformance(ConformanceChecks):
     """Subclass this in a test module and set ``backend``; pytest collects the checks below (those of
-    [`ConformanceChecks`][precision_base.testing.conformance.ConformanceChecks], run on the backend's Trainer class) and
-    the opt-in audited Trainer fit."""
+    ``ConformanceChecks``, run on the backend's Trainer class) and the opt-in audited Trainer fit."""
 
     audit_fit: ClassVar[bool] = False
-    """Set True to run
-    [`test_strict_audit_of_a_real_two_process_fit`][precision_base.testing.conformance.PluginConformance.test_strict_audit_of_a_real_two_process_fit]
-    (2 CPU processes, 20-60 s); off by
-    default so that the kit's other checks stay fast (the check then reports itself skipped, saying so)."""
+    """Set True to run ``test_strict_audit_of_a_real_two_process_fit`` (2 CPU processes, 20-60 s); off by default so
+    that the kit's other checks stay fast (the check then reports itself skipped, saying so)."""
     audit_fit_precisions: ClassVar[tuple[str, ...]] = ()
     """The precisions the audited 2-process fit runs; ``()`` (the default): every declared one."""
 

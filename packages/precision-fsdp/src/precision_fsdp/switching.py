@@ -45,7 +45,7 @@ class SwitchMixin(PrecisionPlugin):
         self, precision: str, strategy: Any = None, current: Optional[str] = None
     ) -> Optional[str]:
         """Why this plugin cannot switch from ``current`` (default: its precision now) to ``precision`` (canonical)
-        during a run, or ``None`` when it can (FSDP2, the same parameter storage dtype, no fp8 on either side). See
+        during a run, or ``None`` when it can (FSDP2, the same parameter storage dtype, no fp8 as the target). See
         [`precision_fsdp.switch`][]."""
         return switch.problem(self, precision, strategy, current, self._steps.check_finite)
 

@@ -19,14 +19,16 @@ def repo(tmp_path: Path) -> Path:
     """noxfile.py, tools/, pyproject.toml and each package's metadata, changelog and version file (no fragments)."""
     copy_tooling(tmp_path)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    for pkg in packages().values():
+    for pkg in packages(unpublished=True).values():  # the package list names the unpublished ones too
         dest = tmp_path / pkg.path.relative_to(ROOT)
         (dest / "src" / pkg.module).mkdir(parents=True)
         shutil.copy(pkg.about, dest / "src" / pkg.module / "__about__.py")
         for name in ("pyproject.toml", "CHANGELOG.md", "README.md", "LICENSE"):
-            shutil.copy(pkg.path / name, dest / name)
-        (dest / "changelog.d").mkdir()  # without the repository's pending fragments: only the test's own
-        shutil.copy(pkg.path / "changelog.d" / "README.md", dest / "changelog.d" / "README.md")
+            if (pkg.path / name).exists():  # precision-testsupport, never released, has no CHANGELOG.md
+                shutil.copy(pkg.path / name, dest / name)
+        if (pkg.path / "changelog.d").is_dir():  # without the repository's pending fragments: only the test's own
+            (dest / "changelog.d").mkdir()
+            shutil.copy(pkg.path / "changelog.d" / "README.md", dest / "changelog.d" / "README.md")
     return tmp_path
 
 

@@ -13,27 +13,23 @@ policies, the audit reports and the final parameters.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
+from _schedule_runs import STEPS_PER_EPOCH, audited, fit_recorded, schedule_and_audits
 from lightning.pytorch import seed_everything
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 
 import precision_base
-from precision_base import PrecisionAudit, PrecisionPluginError, PrecisionSchedule
-from precision_fsdp import _compat
 from precision_testsupport.launch import world_size
-from precision_testsupport.models import dtype_name, regression_data
+from precision_testsupport.models import regression_data
 
-MAX_STEPS = 8
-STEPS_PER_EPOCH = 2
 BATCH = 32
 
 
@@ -60,16 +56,6 @@ class Mlp(pl.LightningModule):
 
     def train_dataloader(self) -> DataLoader[Any]:
         return DataLoader(regression_data(16, 2 * BATCH * STEPS_PER_EPOCH, 3), batch_size=BATCH, shuffle=False)
-
-
-def _policies(model: nn.Module) -> list[list[str]]:
-    out = []
-    for name, module in model.named_modules():
-        if isinstance(module, _compat.FSDPModule):
-            policy = _compat.fsdp2_policy(module)
-            param, reduce = policy.param_dtype, _compat.policy_reduce_dtype(policy)
-            out.append([name or "<root>", dtype_name(param) if param else "-", dtype_name(reduce) if reduce else "-"])
-    return out
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:
@@ -130,62 +116,16 @@ class _AllGatherDtypes(Callback):
         dist.all_gather_single = self._original
 
 
-def _full(model: nn.Module) -> dict[str, list[float]]:
-    return {
-        name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().float().flatten().tolist()
-        for name, p in model.named_parameters()
-    }
-
-
 def _fit_one(run: dict[str, Any], root: Path) -> dict[str, Any]:
     world_size()  # Lightning's teardown of the previous fit deleted WORLD_SIZE
     seed_everything(7, workers=True)
     model, before, after, gathers = Mlp(bool(run.get("bias_free"))), _Snapshot(), _Snapshot(), _AllGatherDtypes()
-    schedule = PrecisionSchedule(dict(run["schedule"])) if "schedule" in run else None  # [[key, spec], ...]: JSON
-    audits = [PrecisionAudit(steps=1, strict=True, at_step=int(at)) for at in run.get("audit_at", [])]
+    schedule, audits = schedule_and_audits(run)
     callbacks: list[Any] = [before, *([schedule] if schedule is not None else []), after, gathers, *audits]
-    if run.get("checkpoints"):
-        callbacks.append(
-            ModelCheckpoint(dirpath=root / run["label"], every_n_train_steps=STEPS_PER_EPOCH, save_top_k=-1)
-        )
-    trainer = precision_base.Trainer(
-        precision_plugin=precision_base.resolve(run["spec"], fp8_emulate=True),
-        accelerator="cpu",
-        devices=2,
-        max_steps=MAX_STEPS,
-        callbacks=callbacks,
-        logger=False,
-        enable_checkpointing=bool(run.get("checkpoints")),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=root,
-    )
-    error = None
-    ckpt = str(root / run["resume"]) if "resume" in run else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            trainer.fit(model, ckpt_path=ckpt)
-        except PrecisionPluginError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-    start = int(MAX_STEPS - len(model.losses))
-    plugin = trainer.precision_plugin
-    return {
-        "error": error,
-        "losses": {start + i: loss for i, loss in enumerate(model.losses)},
-        "precision": plugin.precision,
-        "table": dict(plugin.dtypes().rows()),
-        "policies": _policies(model),
-        "before": before.at,
-        "after": after.at,
-        "gathered": gathers.by_step,
-        "audits": [a.report.format() if a.report is not None else None for a in audits],
-        "audit_ok": [a.ok for a in audits],
-        "switched_at": schedule.switched_at if schedule is not None else {},
-        "warnings": sorted({str(w.message) for w in caught if "precision" in str(w.message)}),
-        "params": _full(model) if error is None else {},
-    }
+    plugin = precision_base.resolve(run["spec"], fp8_emulate=True)
+    _trainer, result = fit_recorded(run, root, model, plugin, callbacks)
+    extra = {"before": before.at, "after": after.at, "gathered": gathers.by_step}
+    return {**result, **extra, **audited(schedule, audits)}
 
 
 def fits(args: dict[str, Any]) -> dict[str, Any] | None:

@@ -75,22 +75,25 @@ class _Probe(Callback):
         self.per_step[step]["stats"] = dict(trainer.precision_plugin.precision_stats(trainer.strategy))
 
 
-def _fit_one(run: dict[str, Any], root: Path) -> dict[str, Any]:
-    world_size()  # Lightning's teardown of the previous fit deleted WORLD_SIZE
-    seed_everything(7, workers=True)
-    model, probe = _model(), _Probe()
-    callbacks: list[Any] = []
-    schedule = PrecisionSchedule(dict(run["schedule"])) if "schedule" in run else None  # [[key, spec], ...]: JSON
-    if schedule is not None:
-        callbacks.append(schedule)
-    audits = [PrecisionAudit(steps=1, strict=True, at_step=int(at)) for at in run.get("audit_at", [])]
-    callbacks += [*audits, probe]
+def schedule_and_audits(run: dict[str, Any]) -> tuple[PrecisionSchedule | None, list[PrecisionAudit]]:
+    """The run's schedule (``[[key, spec], ...]``: JSON) and a strict one-step audit per ``audit_at`` step."""
+    schedule = PrecisionSchedule(dict(run["schedule"])) if "schedule" in run else None
+    return schedule, [PrecisionAudit(steps=1, strict=True, at_step=int(at)) for at in run.get("audit_at", [])]
+
+
+def fit_recorded(
+    run: dict[str, Any], root: Path, model: Any, plugin: Any, callbacks: list[Any]
+) -> tuple[Any, dict[str, Any]]:
+    """Fit ``model`` for ``MAX_STEPS`` on 2 CPU ranks with ``callbacks`` (plus a checkpoint every epoch when
+    ``run["checkpoints"]``), resuming from ``run["resume"]``; the Trainer and what every schedule test reads: the error,
+    losses by step, the plugin's precision, table and policies, the precision warnings and the final parameters."""
     if run.get("checkpoints"):
-        callbacks.append(
-            ModelCheckpoint(dirpath=root / run["label"], every_n_train_steps=STEPS_PER_EPOCH, save_top_k=-1)
-        )
+        callbacks = [
+            *callbacks,
+            ModelCheckpoint(dirpath=root / run["label"], every_n_train_steps=STEPS_PER_EPOCH, save_top_k=-1),
+        ]
     trainer = precision_base.Trainer(
-        precision_plugin=run["spec"],
+        precision_plugin=plugin,
         accelerator="cpu",
         devices=2,
         max_steps=MAX_STEPS,
@@ -112,22 +115,36 @@ def _fit_one(run: dict[str, Any], root: Path) -> dict[str, Any]:
             error = f"{type(exc).__name__}: {exc}"
     start = int(MAX_STEPS - len(model.losses))
     plugin = trainer.precision_plugin
-    result = {
+    return trainer, {
         "error": error,
         "losses": {start + i: loss for i, loss in enumerate(model.losses)},
-        "compute": {start + i: dtype_name(d) for i, d in enumerate(model.compute_dtypes)},
         "precision": plugin.precision,
         "table": dict(plugin.dtypes().rows()),
         "policies": _policies(model),
-        "at_start": probe.at_start,
-        "per_step": probe.per_step,
-        "audits": [a.report.format() if a.report is not None else None for a in audits],
-        "audit_ok": [a.ok for a in audits],
-        "switched_at": schedule.switched_at if schedule is not None else {},
         "warnings": sorted({str(w.message) for w in caught if "precision" in str(w.message)}),
         "params": _full(model) if error is None else {},
     }
-    return result
+
+
+def audited(schedule: PrecisionSchedule | None, audits: list[PrecisionAudit]) -> dict[str, Any]:
+    """The audit reports and verdicts, and the steps the schedule switched at."""
+    return {
+        "audits": [a.report.format() if a.report is not None else None for a in audits],
+        "audit_ok": [a.ok for a in audits],
+        "switched_at": schedule.switched_at if schedule is not None else {},
+    }
+
+
+def _fit_one(run: dict[str, Any], root: Path) -> dict[str, Any]:
+    world_size()  # Lightning's teardown of the previous fit deleted WORLD_SIZE
+    seed_everything(7, workers=True)
+    model, probe = _model(), _Probe()
+    schedule, audits = schedule_and_audits(run)
+    callbacks: list[Any] = [*([schedule] if schedule is not None else []), *audits, probe]
+    _trainer, result = fit_recorded(run, root, model, run["spec"], callbacks)
+    start = int(MAX_STEPS - len(model.losses))
+    result["compute"] = {start + i: dtype_name(d) for i, d in enumerate(model.compute_dtypes)}
+    return {**result, "at_start": probe.at_start, "per_step": probe.per_step, **audited(schedule, audits)}
 
 
 def fits(args: dict[str, Any]) -> dict[str, Any] | None:

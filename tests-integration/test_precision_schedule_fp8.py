@@ -61,7 +61,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "audit_at": [0, SWITCH],
         },
     ]
-    env = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    # PYTHONPATH: the rank code imports the shared fit of its sibling _schedule_runs.py
+    env = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(RUNS.parent)}
     result: dict[str, Any] = run_ranks(
         f"{RUNS}:fits", {"runs": plan, "out": str(out)}, world=2, threads=1, timeout=900, cwd=out, env=env
     )

@@ -3,9 +3,10 @@ model (:mod:`bench.models`).
 
 One 2-rank launch per backend and model. In each round, for each precision, the variants run in a shuffled order
 (the same in both ranks), each a fresh fit of ``warmup + steps`` steps; rounds interleave the variants in time so
-load drift touches all of them alike. On the MLP, FSDP ``*-mixed`` adds ``-lowreduce`` variants (reduce in the
-compute dtype, as the built-in does), which separate the cost of our fp32 reduction from plugin overhead, and the
-plugin's own per-step hooks are timed alone (:func:`hooks`), ours against the built-in.
+load drift touches all of them alike; each rank is pinned to a CPU of its own. FSDP ``*-mixed`` adds ``amp``
+(Lightning's own CPU autocast plugin: ours' work in the same loop); on the MLP also ``-lowreduce`` variants (reduce
+in the compute dtype, as the built-in does), which separate the cost of our fp32 reduction from plugin overhead, and
+the plugin's own per-step hooks are timed alone (:func:`hooks`), ours against the built-in.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Any
 
 from bench import models, report, runs
 
-MIXED = ["ours", "ours-lowreduce", "builtin", "hand", "hand-lowreduce"]
+MIXED = ["ours", "ours-lowreduce", "builtin", "amp", "hand", "hand-lowreduce"]
 THREE = ["ours", "builtin", "hand"]
+MIXED_REAL = ["ours", "builtin", "amp", "hand"]  # FSDP *-mixed on the real models
+SHOWN = ["ours", "builtin", "amp", "hand"]  # the step-time columns
 VARIANTS = {
     "fsdp": {p: THREE for p in ("32-true", "bf16-true", "16-true")} | {"bf16-mixed": MIXED, "16-mixed": MIXED},
     # DeepSpeed's bf16-true runs the same engine as bf16-mixed (memory and numerics cover it)
@@ -33,12 +36,16 @@ REAL_PRECISIONS = {
     ("deepspeed", "resnet"): ("32-true", "bf16-mixed"),
 }
 REAL_TASK = {"llama": {"batch": 8}, "resnet": {"batch": 16}}
-PAIRS = [("ours", "builtin"), ("ours", "hand"), ("ours-lowreduce", "builtin"), ("builtin", "hand")]
+PAIRS = [("ours", "builtin"), ("ours", "hand"), ("ours", "amp"), ("amp", "hand"), ("ours-lowreduce", "builtin"),
+         ("builtin", "hand")]  # fmt: skip
 COLUMNS = {"wall: ours / built-in": ("wall", "ours/builtin"), "wall: ours / hand": ("wall", "ours/hand"),
            "CPU: ours / built-in": ("cpu", "ours/builtin"), "CPU: ours / hand": ("cpu", "ours/hand"),
+           "CPU: ours / Lightning AMP": ("cpu", "ours/amp"), "CPU: Lightning AMP / hand": ("cpu", "amp/hand"),
            "wall: ours reduce=low / built-in": ("wall", "ours-lowreduce/builtin")}  # fmt: skip
 LABELS = {"ours": "ours", "ours-lowreduce": "ours, reduce in compute dtype", "builtin": "Lightning built-in",
-          "hand": "hand-written loop", "hand-lowreduce": "hand-written, reduce in compute dtype"}  # fmt: skip
+          "amp": "Lightning MixedPrecision (CPU autocast)", "hand": "hand-written loop",
+          "hand-lowreduce": "hand-written, reduce in compute dtype"}  # fmt: skip
+HEADS = {"ours": "ours ms", "builtin": "built-in ms", "amp": "Lightning AMP ms", "hand": "hand-written ms"}
 
 
 def name_of(backend: str, model: str) -> str:
@@ -57,6 +64,7 @@ def builtin_skips(backend: str, precision: str) -> str | None:
 def worker(args: dict[str, Any]) -> dict[str, Any]:
     """Inside each rank: every round, every precision, the variants in a shuffled order. A variant whose fit raises
     (the same error in every rank: same code, model and data) is recorded under ``errors`` and not run again."""
+    runs.pin_to_own_cpu()
     task, rng = runs.Task(**args["task"]), random.Random(0)  # same seed in every rank: the same order
     samples: dict[str, Any] = {"wall": {}, "cpu": {}, "errors": {}}
     for _ in range(args["rounds"]):
@@ -143,12 +151,15 @@ def run(quick: bool, machine: dict[str, Any], out: Path, backend: str, model: st
         variants = {"bf16-mixed": THREE} if quick else VARIANTS[backend]
         task = runs.Task(width=128)
     else:
-        variants = {p: THREE for p in REAL_PRECISIONS[(backend, model)][: 1 if quick else None]}
+        variants = {p: MIXED_REAL if backend == "fsdp" and p.endswith("-mixed") else THREE
+                    for p in REAL_PRECISIONS[(backend, model)][: 1 if quick else None]}  # fmt: skip
         task = runs.Task(model=model, **REAL_TASK[model])
     steps = (5, 1) if quick else (30, 5) if model == "mlp" else (15, 3)
+    skips = {p: s for p in variants if (s := builtin_skips(backend, p))}
     config: dict[str, Any] = {"backend": backend, "model": model, "variants": variants, "task": dict(vars(task)),
                               "parameters": models.parameters(model, task.width, task.depth, task.classes),
-                              "rounds": 1 if quick else 3, "steps": steps[0], "warmup": steps[1]}  # fmt: skip
+                              "rounds": 1 if quick else 5, "steps": steps[0], "warmup": steps[1],
+                              "builtin_skips": skips}  # fmt: skip
     start = time.perf_counter()
     raw = runs.in_ranks("bench.overhead:worker", config)
     results, errors = analyse(raw, variants), raw.get("errors", {})
@@ -157,27 +168,31 @@ def run(quick: bool, machine: dict[str, Any], out: Path, backend: str, model: st
                 for p, e in results.items() for kind in ("wall", "cpu") for name, r in e[kind]["ratios"].items()
                 if name.startswith("ours") and r["verdict"] in ("slower", "faster")]  # fmt: skip
     findings += [f"{backend}:{k.split('|')[0]} {LABELS[k.split('|')[1]]} failed: {e}" for k, e in errors.items()]
-    rows = []
+    rows, shown_heads = [], [v for v in SHOWN if any(v in vs for vs in variants.values())]
+    columns = {k: c for k, c in COLUMNS.items() if any(c[1] in e[c[0]]["ratios"] for e in results.values())}
     for p, e in results.items():
-        ms = [f"{s['median'] * 1e3:.2f} ({s['rel_iqr']:.0%})" if (s := e["wall"]["step_s"].get(v)) else "failed"
-              for v in THREE]  # fmt: skip
-        cells = [report.fmt_ratio(e[k]["ratios"][r]) if r in e[k]["ratios"] else "-" for k, r in COLUMNS.values()]
+        ms = [f"{s['median'] * 1e3:.2f} ({s['rel_iqr']:.0%})" if (s := e["wall"]["step_s"].get(v)) else
+              "failed" if f"{p}|{v}" in errors else "-" for v in shown_heads]  # fmt: skip
+        cells = [report.fmt_ratio(e[k]["ratios"][r]) if r in e[k]["ratios"] else "-" for k, r in columns.values()]
         rows.append([p, *ms, *cells])
     t = config["task"]
     setup = "FSDP2 (fully_shard under ModelParallelStrategy)" if backend == "fsdp" else "DeepSpeed ZeRO-2"
-    skips = [f"`{p}`: {s}" for p in results if (s := builtin_skips(backend, p))]
     body = (
         f"{setup}, 2 processes, gloo, 1 thread each; {models.describe(model, t['width'], t['depth'], t['batch'])} "
         f"({config['parameters']:,} parameters), AdamW. {config['rounds']} interleaved rounds x {config['steps']} "
-        f"steps per variant ({config['warmup']} warm-up steps of every fit dropped). A step is the slowest rank's time "
+        f"steps per variant ({config['warmup']} warm-up steps of every fit dropped), each rank pinned to a CPU of its "
+        "own. A step is the slowest rank's time "
         "from one batch's start to the next. Cells: median ms (IQR / median); ratios of medians with a 95% bootstrap "
         "interval (scipy), then the ratio of 20th percentiles. CPU time leaves out waiting for a CPU or for the other "
         "rank: the steadier figure on a shared machine. The hand-written loop does the work ours does (autocast and "
         "a `GradScaler` for `16-mixed`, fp32 reduction for `*-mixed`)."
-        + ("\n\nWhere the built-in does less work than ours on a CPU: " + "; ".join(skips) + ". There, ours / "
-           "built-in compares two different computations; ours / hand-written compares the same work."
-           if skips else "")
-        + "\n\n" + report.md_table(["precision", "ours ms", "built-in ms", "hand-written ms", *COLUMNS], rows)
+        + ("\n\nWhere the built-in does less work than ours on a CPU: "
+           + "; ".join(f"`{p}`: {s}" for p, s in skips.items()) + ". There, ours / built-in compares two different "
+           "computations; ours / Lightning AMP (Lightning's `MixedPrecision` plugin with `device=\"cpu\"`: CPU "
+           "autocast and a `GradScaler` for `16-mixed`, under a user's fp32-reducing `fully_shard` policy) compares "
+           "the same work in the same Lightning loop, and ours / hand-written the same work against plain torch, "
+           "without Lightning's per-step loop." if skips else "")
+        + "\n\n" + report.md_table(["precision", *(HEADS[v] for v in shown_heads), *columns], rows)
         + ("\n\nFits that failed (not run again in later rounds): " + "; ".join(
             f"`{backend}:{k.split('|')[0]}` {LABELS[k.split('|')[1]]}: `{e}`" for k, e in errors.items())
            if errors else "")

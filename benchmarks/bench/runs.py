@@ -1,9 +1,10 @@
-"""Training runs inside the ranks (started by ``precision_testsupport.launch.run_ranks``), three ways each, on one
-of :mod:`bench.models` (``Task.model``; the same weights and batches in every run): ``ours``
-(``precision_base.Trainer``), ``builtin`` (Lightning's precision plugin, same strategy) and ``hand`` (no Lightning:
-the floor). FSDP2 runs under ``ModelParallelStrategy``, DeepSpeed under precision-deepspeed's ``DeepSpeedCPUStrategy``
-(Lightning's refuses the CPU). Each run returns per-step wall and CPU times after ``warmup`` (slowest rank), losses,
-the model or engine.
+"""Training runs inside the ranks (started by ``precision_testsupport.launch.run_ranks``) on one of
+:mod:`bench.models` (``Task.model``; the same weights and batches in every run): ``ours``
+(``precision_base.Trainer``), ``builtin`` (Lightning's precision plugin, same strategy), ``amp`` (FSDP ``*-mixed``
+only: Lightning's ``MixedPrecision`` plugin on the CPU, the work ours does inside the same Lightning loop) and
+``hand`` (no Lightning: the floor). FSDP2 runs under ``ModelParallelStrategy``, DeepSpeed under
+precision-deepspeed's ``DeepSpeedCPUStrategy`` (Lightning's refuses the CPU). Each run returns per-step wall and
+CPU times after ``warmup`` (slowest rank), losses, the model or engine.
 """
 
 from __future__ import annotations
@@ -50,6 +51,44 @@ def in_ranks(target: str, args: dict[str, Any], world: int = 2, threads: int = 1
     env = {"DS_ACCELERATOR": "cpu", "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1", "PYTHONWARNINGS": "ignore"}
     bench_dir = Path(__file__).resolve().parents[1]  # the ranks' working directory: `bench` is importable there
     return run_ranks(target, args, world=world, threads=threads, timeout=1800, cwd=bench_dir, env=env)
+
+
+def pin_to_own_cpu() -> list[int]:
+    """Pin this rank to a CPU of its own (rank ``i`` to the ``i``-th usable CPU) when there are as many usable CPUs
+    as ranks: ranks then never trade CPUs mid-step, which steadies step times. Returns the CPUs this rank may use."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    rank = int(os.environ.get("RANK", "0"))
+    if cpus and len(cpus) >= world_size():
+        os.sched_setaffinity(0, {cpus[rank]})
+        return [cpus[rank]]
+    return cpus
+
+
+def norms_in_fp32(net: torch.nn.Module, out_dtype: torch.dtype | None) -> list[torch.nn.Module]:
+    """What the plugins do by default under ``*-mixed`` with BatchNorm layers, in plain torch: each computes in
+    float32 (autocast off inside; input, weight and bias read as float32, running statistics float32) and casts its
+    output to ``out_dtype`` (``None``: left float32). Returns those layers (for FSDP2 to shard each on its own)."""
+    import torch.nn.functional as F
+
+    kinds = torch.nn.BatchNorm1d | torch.nn.BatchNorm2d | torch.nn.BatchNorm3d
+    norms = [m for m in net.modules() if isinstance(m, kinds)]
+
+    def fp32_forward(bn: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast(x.device.type, enabled=False):
+                if bn.training and bn.track_running_stats:
+                    bn.num_batches_tracked.add_(1)
+                momentum = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
+                y = F.batch_norm(x.float(), bn.running_mean, bn.running_var, bn.weight.float(), bn.bias.float(),
+                                 bn.training or bn.running_mean is None, momentum, bn.eps)  # fmt: skip
+            return y if out_dtype is None else y.to(out_dtype)
+
+        return forward
+
+    for bn in norms:
+        bn.float()  # running statistics and (FSDP2: in its own unit) weight and bias in float32
+        bn.forward = fp32_forward(bn)
+    return norms
 
 
 def loader(task: Task, steps: int) -> torch.utils.data.DataLoader[Any]:
@@ -190,7 +229,9 @@ def fsdp(
 def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, Any, dict[str, Any]]:
     """FSDP2 under Lightning: the Trainer class, ``shard(module, mesh)`` for ``configure_model`` and the Trainer's
     precision argument. ``ours``: our plugin and its ``fully_shard``; ``builtin``: Lightning's ``FSDPPrecision`` and
-    ``fully_shard`` with a policy from its ``mixed_precision_config`` (what a user of the built-in writes)."""
+    ``fully_shard`` with a policy from its ``mixed_precision_config`` (what a user of the built-in writes); ``amp``
+    (``*-mixed``): Lightning's ``MixedPrecision(precision, device="cpu")`` and ``fully_shard`` with a low-precision
+    compute, fp32-reduce policy."""
     import lightning.pytorch as pl
     from lightning.pytorch.plugins.precision import FSDPPrecision
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -200,6 +241,14 @@ def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, An
     if variant == "ours":
         ours = precision_base.resolve(f"fsdp:{precision}", **options)
         return precision_base.Trainer, lambda m, mesh: ours.fully_shard(m, mesh=mesh), {"precision_plugin": ours}
+    if variant == "amp":  # Lightning's autocast plugin on the CPU, the fp32-reducing policy written by the user
+        from lightning.pytorch.plugins.precision import MixedPrecision
+
+        low = precision_dtype(precision)
+        reduce = REDUCE[options["reduce_dtype"]] if options.get("reduce_dtype") else torch.float32
+        amp_policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce)
+        plugin = MixedPrecision(precision, device="cpu")  # type: ignore[arg-type]
+        return pl.Trainer, lambda m, mesh: fully_shard(m, mesh=mesh, mp_policy=amp_policy), {"plugins": [plugin]}
     builtin = FSDPPrecision(precision)  # type: ignore[arg-type]
     mp: Any = builtin.mixed_precision_config
     policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
@@ -207,7 +256,8 @@ def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, An
 
 
 def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str, on_step: OnStep) -> Any:
-    """What ``ours`` does, written with plain torch: FSDP2 policy, autocast, GradScaler, AdamW."""
+    """What ``ours`` does, written with plain torch: FSDP2 policy, autocast, GradScaler, AdamW; under ``*-mixed``
+    BatchNorm layers in float32, each its own FSDP2 unit with a float32 policy (:func:`norms_in_fp32`)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -218,6 +268,9 @@ def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str,
         param_dtype=low, reduce_dtype=REDUCE[reduce] if reduce else torch.float32 if mixed else storage
     )
     net, mesh = task.net().to(storage), init_device_mesh("cpu", (world_size(),))
+    fp32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+    for norm in norms_in_fp32(net, None) if mixed else []:
+        fully_shard(norm, mesh=mesh, mp_policy=fp32)
     for module in [*net.blocks, net]:
         fully_shard(module, mesh=mesh, mp_policy=policy)
     opt = torch.optim.AdamW(net.parameters(), lr=task.lr)
@@ -263,6 +316,8 @@ def deepspeed(variant: str, precision: str, task: Task, steps: int, warmup: int,
     low, net = precision_dtype(precision), task.net()
     if precision.endswith("-true"):
         net = net.to(low)  # as the plugin's convert_module does
+    elif precision.endswith("-mixed"):
+        norms_in_fp32(net, low)  # as the plugin does in DeepSpeed's native mode: float32 compute from the half copies
     engine, *_ = ds.initialize(model=net, optimizer=torch.optim.AdamW(net.parameters(), lr=task.lr), config=config)
     clock, losses = Clock(), []
     for x, y in loader(task, warmup + steps):

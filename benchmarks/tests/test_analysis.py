@@ -41,7 +41,8 @@ def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path: Path) ->
     results = overhead.analyse({"wall": samples, "cpu": samples}, variants)
     assert results["bf16-mixed"]["wall"]["ratios"]["ours/builtin"]["ratio"] < 1.0  # ours got the smallest times
     assert "ours-lowreduce/builtin" in results["bf16-mixed"]["cpu"]["ratios"]
-    config = {"backend": "fsdp", "model": "mlp", "rounds": 2, "steps": 10}
+    config = {"backend": "fsdp", "model": "mlp", "rounds": 2, "steps": 10,
+              "builtin_skips": {"bf16-mixed": overhead.builtin_skips("fsdp", "bf16-mixed")}}  # fmt: skip
     data = {"quick": True, "machine": report.machine_info(), "config": config, "results": results,
             "findings": ["a finding"]}  # fmt: skip
     paths = report.write(tmp_path, "overhead-fsdp", "Overhead", "body", lambda plt: plt.subplots()[0], 0.0, **data)
@@ -53,7 +54,9 @@ def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path: Path) ->
     assert "| fsdp | mlp | bf16-mixed |" in index.write(tmp_path).read_text()
     reading = (tmp_path / "analysis.md").read_text()
     assert "- `fsdp:bf16-mixed`: ours / built-in: wall " in reading
-    assert "the like-for-like figure is ours / hand-written" in reading
+    assert "The built-in does less work here on a CPU (no autocast" in reading
+    assert "the like-for-like figures are ours / Lightning AMP (same loop) and ours / hand-written" in reading
+    assert "`fsdp:bf16-mixed`, ours / hand-written doing the same work" not in reading  # 16-mixed only
     assert "(quick smoke run)" in (tmp_path / "index.md").read_text()
 
 
@@ -80,9 +83,21 @@ def test_a_variant_that_failed_is_left_out_and_named(tmp_path: Path) -> None:
             "errors": raw["errors"], "findings": []}  # fmt: skip
     report.write(tmp_path, "overhead-fsdp-resnet", "Overhead", "body", lambda plt: plt.subplots()[0], 0.0, **data)
     index.write(tmp_path)
-    assert "| fsdp | resnet | bf16-mixed | 10.45 | - | - | - | - |" in (tmp_path / "index.md").read_text()
+    assert "| fsdp | resnet | bf16-mixed | 10.45 | - | - | - | - | - |" in (tmp_path / "index.md").read_text()
     reading = (tmp_path / "analysis.md").read_text()
-    assert "no ours / built-in ratio: the built-in failed: `RuntimeError: expected scalar type BFloat16" in reading
+    assert "`bf16-mixed`: no ratio: only ours ran. The built-in failed: `RuntimeError: expected scalar type" in reading
+
+
+def test_the_like_for_like_ratio_is_the_built_in_only_where_it_does_the_same_work() -> None:
+    def result(skips: dict[str, str], ran: list[str]) -> dict:
+        ratios = {f"ours/{v}": {} for v in ran}
+        return {"config": {"builtin_skips": skips}, "results": {"16-mixed": {"wall": {"ratios": ratios}}}}
+
+    assert index.like_for_like(result({}, ["builtin", "amp", "hand"]), "16-mixed")[0] == "ours/builtin"
+    skips = {"16-mixed": "no autocast"}
+    assert index.like_for_like(result(skips, ["builtin", "amp", "hand"]), "16-mixed")[0] == "ours/amp"
+    assert index.like_for_like(result(skips, ["builtin", "hand"]), "16-mixed")[0] == "ours/hand"
+    assert index.like_for_like(result({}, ["hand"]), "16-mixed")[0] == "ours/hand"  # the built-in failed
 
 
 def test_gather_breakdown_counts_every_parameter_once_and_names_what_stays_bf16() -> None:

@@ -240,13 +240,6 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         (Lightning wraps it in a generator context manager: ~1.5 us a step)."""
         return self.forward_context()
 
-    @override
-    def convert_output(self, data: Any) -> Any:
-        """Floating tensors -> ``torch.get_default_dtype()``, as the contract's
-        [`convert_output`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl.convert_output] (without its
-        per-call imports: this runs every step)."""
-        return cast_floating(data, torch.get_default_dtype())
-
     # -- training hooks ---------------------------------------------------------------------------------
     @override
     def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:

@@ -324,13 +324,6 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         return cast_floating(data, self._plan.inputs)
 
     @override
-    def convert_output(self, data: Any) -> Any:
-        """Floating tensors -> ``torch.get_default_dtype()``, as the contract's
-        [`convert_output`][precision_fsdp.implementation.FSDPPrecisionImpl.convert_output] (without its
-        per-call imports: this runs every step)."""
-        return cast_floating(data, torch.get_default_dtype())
-
-    @override
     def optimizer_step(  # type: ignore[override]  # Lightning's own FSDPPrecision does the same
         self, optimizer: Any, model: Any, closure: Callable[[], Any], **kwargs: Any
     ) -> Any:

@@ -181,7 +181,7 @@ NOT_NIGHTLY = "not nightly"
 def integration(session: nox.Session) -> None:
     """tests-integration/ but the ``nightly`` ones: multi-process Trainer runs, wheels in fresh venvs, checkpoints
     across packages; then benchmarks/tests (the benchmark code's plumbing: statistics, report files, the GPU
-    command's parsing and dry run).
+    command's parsing and dry run, and that the comparison loops do ours' work: the same losses on 2 ranks).
 
     Files that matrix cells run (``[tests]`` in tools/matrix.toml) are left to them: the CI cells run them too.
     """

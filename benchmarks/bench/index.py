@@ -194,7 +194,7 @@ def _overhead_reading(name: str, d: dict[str, Any]) -> list[str]:
                                  f"{_verdict_words(c)}")  # fmt: skip
         skipped = (d["config"].get("builtin_skips") or {}).get(precision)
         skip = (
-            f" The built-in does less work here on a CPU ({skipped}): the like-for-like figures are ours / "
+            f" The built-in does less work here on a CPU: {skipped}. The like-for-like figures are ours / "
             "Lightning AMP (same loop) and ours / hand-written (no Lightning loop)."
             if skipped
             else ""

@@ -148,7 +148,7 @@ def hooks(backend: str, precisions: list[str], calls: int, blocks: int) -> dict[
 
 def run(quick: bool, machine: dict[str, Any], out: Path, backend: str, model: str = "mlp") -> list[Path]:
     if model == "mlp":
-        variants = {"bf16-mixed": THREE} if quick else VARIANTS[backend]
+        variants = {"bf16-mixed": MIXED_REAL if backend == "fsdp" else THREE} if quick else VARIANTS[backend]
         task = runs.Task(width=128)
     else:
         variants = {p: MIXED_REAL if backend == "fsdp" and p.endswith("-mixed") else THREE

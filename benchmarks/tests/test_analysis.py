@@ -54,8 +54,8 @@ def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path: Path) ->
     assert "| fsdp | mlp | bf16-mixed |" in index.write(tmp_path).read_text()
     reading = (tmp_path / "analysis.md").read_text()
     assert "- `fsdp:bf16-mixed`: ours / built-in: wall " in reading
-    assert "The built-in does less work here on a CPU (no autocast" in reading
-    assert "the like-for-like figures are ours / Lightning AMP (same loop) and ours / hand-written" in reading
+    assert "The built-in does less work here on a CPU: no autocast" in reading
+    assert "The like-for-like figures are ours / Lightning AMP (same loop) and ours / hand-written" in reading
     assert "`fsdp:bf16-mixed`, ours / hand-written doing the same work" not in reading  # 16-mixed only
     assert "(quick smoke run)" in (tmp_path / "index.md").read_text()
 

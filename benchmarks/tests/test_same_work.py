@@ -32,6 +32,7 @@ def test_hand_written_and_lightning_amp_train_exactly_like_ours() -> None:
     got = runs.in_ranks("tests/test_same_work.py:losses", {"cases": CASES})
     for name, (_backend, _model, _precision, variants) in CASES.items():
         ours = got[f"{name}|ours"]
-        assert len(ours) == 4 and all(loss > 0 for loss in ours)
+        assert len(ours) == 4
+        assert all(loss > 0 for loss in ours)
         for variant in variants[1:]:
             assert got[f"{name}|{variant}"] == pytest.approx(ours, rel=1e-6), f"{name}: {variant} vs ours"

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import _schedule_runs
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
@@ -128,13 +129,6 @@ def _fit_one(run: dict[str, Any], root: Path) -> dict[str, Any]:
     return {**result, **extra, **audited(schedule, audits)}
 
 
-def fits(args: dict[str, Any]) -> dict[str, Any] | None:
-    """Every run of ``args["runs"]`` in order, in these two processes; rank 0 returns them by label."""
-    torch.set_num_threads(1)
-    root = Path(args["out"])
-    out = {}
-    for run in args["runs"]:
-        out[run["label"]] = _fit_one(run, root)
-        if run.get("checkpoints"):
-            out[run["label"]]["checkpoints"] = sorted(p.name for p in (root / run["label"]).iterdir())
-    return out if torch.distributed.get_rank() == 0 else None
+def fits(args: dict[str, Any]) -> Any:
+    """Every run of ``args["runs"]`` in order, each this module's fp8 fit (``_schedule_runs.fits``)."""
+    return _schedule_runs.fits(args, _fit_one)

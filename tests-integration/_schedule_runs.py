@@ -12,6 +12,7 @@ the losses by step, the dtype of the first Linear's output per step, the plugin'
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,13 +148,14 @@ def _fit_one(run: dict[str, Any], root: Path) -> dict[str, Any]:
     return {**result, "at_start": probe.at_start, "per_step": probe.per_step, **audited(schedule, audits)}
 
 
-def fits(args: dict[str, Any]) -> dict[str, Any] | None:
-    """Every run of ``args["runs"]`` in order, in these two processes; rank 0 returns them by label."""
+def fits(args: dict[str, Any], fit_one: Callable[[dict[str, Any], Path], dict[str, Any]] | None = None) -> Any:
+    """Every run of ``args["runs"]`` in order, in these two processes, each by ``fit_one(run, root)`` (default: this
+    module's MLP fit); rank 0 returns them by label, the other ranks ``None``."""
     torch.set_num_threads(1)
     root = Path(args["out"])
     out = {}
     for run in args["runs"]:
-        out[run["label"]] = _fit_one(run, root)
+        out[run["label"]] = (fit_one or _fit_one)(run, root)
         if run.get("checkpoints"):
             out[run["label"]]["checkpoints"] = sorted(p.name for p in (root / run["label"]).iterdir())
     return out if torch.distributed.get_rank() == 0 else None

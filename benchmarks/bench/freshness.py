@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = "precision-plugins-bench/3"
+SCHEMA = "precision-plugins-bench/4"
 """Written into every result; raise it when a result's layout or the meaning of a measured figure changes."""
 MEASURED = (
     "packages/precision-base/src",

@@ -92,7 +92,7 @@ def like_for_like(d: dict[str, Any], precision: str) -> tuple[str, str]:
 def _overhead_rows(d: dict[str, Any]) -> list[list[str]]:
     cells = INDEX_CELLS
     return [[d["config"]["backend"], d["config"].get("model", "mlp"), p,
-             f"{e['wall']['step_s']['ours']['median'] * 1e3:.2f}",
+             f"{o['median'] * 1e3:.2f}" if (o := e["wall"]["step_s"].get("ours")) else "failed",
              *(f"{fmt_ratio(x)} ({x['verdict']})" if (x := e[k]["ratios"].get(r)) else "-" for k, r in cells)]
             for p, e in d["results"].items()]  # fmt: skip
 
@@ -244,7 +244,9 @@ def _targets(found: dict[str, Any]) -> list[str]:
             failed = (found[name].get("errors") or {}).get(f"{precision}|builtin")
             because = f" The built-in failed: `{failed}`." if failed else ""
             if r is None:
-                out.append(f"- {PAGES[name]}, `{precision}`: no ratio: only ours ran.{because}")
+                ours_failed = (found[name].get("errors") or {}).get(f"{precision}|ours")
+                out.append(f"- {PAGES[name]}, `{precision}`: not run on this machine: `{ours_failed}`." if ours_failed
+                           else f"- {PAGES[name]}, `{precision}`: no ratio: only ours ran.{because}")  # fmt: skip
                 continue
             ok = r["ci95"][0] <= 1 <= r["ci95"][1] and r["ci95"][1] <= TARGET_REAL_UPPER
             out.append(f"- {PAGES[name]}, `{precision}`, {words}, step time (wall): the interval includes 1 and its "

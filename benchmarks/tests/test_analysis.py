@@ -88,6 +88,23 @@ def test_a_variant_that_failed_is_left_out_and_named(tmp_path: Path) -> None:
     assert "`bf16-mixed`: no ratio: only ours ran. The built-in failed: `RuntimeError: expected scalar type" in reading
 
 
+def test_a_precision_the_machine_refuses_is_named_with_its_error(tmp_path: Path) -> None:
+    times = [[0.01 + 1e-4 * k for k in range(10)]] * 2
+    refused = "TrainerConfigurationError: deepspeed:16-mixed on the CPU: DeepSpeed's CPU accelerator refuses"
+    ran = {"32-true|ours": times, "32-true|builtin": times}
+    raw = {"wall": ran, "cpu": ran, "errors": {f"16-mixed|{v}": refused for v in ("ours", "builtin", "hand")}}
+    variants = {"32-true": ["ours", "builtin"], "16-mixed": ["ours", "builtin", "hand"]}
+    config = {"backend": "deepspeed", "model": "llama", "rounds": 2, "steps": 10}
+    data = {"quick": False, "machine": report.machine_info(), "config": config,
+            "results": overhead.analyse(raw, variants), "errors": raw["errors"], "findings": []}  # fmt: skip
+    report.write(tmp_path, "overhead-deepspeed-llama", "Overhead", "body", lambda plt: plt.subplots()[0], 0.0, **data)
+    index.write(tmp_path)
+    assert "| deepspeed | llama | 16-mixed | failed | - |" in (tmp_path / "index.md").read_text()
+    reading = (tmp_path / "analysis.md").read_text()
+    assert f"llama, `16-mixed`: not run on this machine: `{refused}`." in reading
+    assert "llama, `32-true`, ours / built-in, step time (wall)" in reading
+
+
 def test_the_like_for_like_ratio_is_the_built_in_only_where_it_does_the_same_work() -> None:
     def result(skips: dict[str, str], ran: list[str]) -> dict:
         ratios = {f"ours/{v}": {} for v in ran}

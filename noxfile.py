@@ -273,11 +273,14 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "tools"])
 @discarded
 def tools(session: nox.Session) -> None:
-    """The repository tooling's tests (tools/tests): package list, matrix, CI plan, dist checks, version bumps."""
+    """The repository tooling's tests (tools/tests): package list, matrix, CI plan, dist checks, version bumps; then
+    one warning line per stale benchmark result (a stale result never fails this session: ``nox -s bench -- --check``
+    and the release workflow fail on it)."""
     session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch", "uv")  # uv: lowest-*
     # precision-base alone (no torch): test_package_list_consumers reads the registry's PUBLISHED_DISTRIBUTIONS
     session.install(str(PACKAGES["precision_base"].path))
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider", *session.posargs)
+    session.run("python", "benchmarks/bench/freshness.py")
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "build"])
@@ -347,7 +350,11 @@ def demo(session: nox.Session) -> None:
 @nox.session(python=PYTHON, tags=["bench"])
 @discarded
 def bench(session: nox.Session) -> None:
-    """python benchmarks/run.py: results into build/benchmarks/; ``-- --update-docs`` rewrites tracked docs/ files."""
+    """python benchmarks/run.py: results into build/benchmarks/; ``-- --update-docs`` rewrites tracked docs/ files.
+    ``-- --check`` installs nothing and fails when a committed CPU result is stale (what the release workflow runs)."""
+    if "--check" in session.posargs:
+        session.run("python", "benchmarks/bench/freshness.py", *session.posargs)
+        return
     env = everything(session, "matplotlib", "scipy", "pyperf", "transformers")
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)
 

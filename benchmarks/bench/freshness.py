@@ -10,11 +10,16 @@ not know, or from a shallow clone, cannot be shown current and counts as a probl
 (:data:`NEEDS_GPU`) are checked the same way, but a stale one is a warning, not a failure: no CI machine here can
 refresh it.
 
-    python benchmarks/bench/freshness.py [folder]    # exit 1 with one line per stale CPU result
+Staleness is information where a contributor works and a failure where results are published:
+
+    python benchmarks/bench/freshness.py [folder]            # one warning line per stale result; exit 0 (CI)
+    python benchmarks/bench/freshness.py --check [folder]    # exit 1 on a stale CPU result (nox -s bench -- --check,
+                                                             # the release workflow)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -80,6 +85,10 @@ class Problem:
     benchmark: str
     message: str
     fatal: bool
+    """Fails the publishing check (``--check``); GPU results only warn there too."""
+    since: str | None = None
+    """The first commit to the code the result measures after the one it was measured at (short hash), when that is
+    why it is stale."""
 
     def __str__(self) -> str:
         return f"{self.benchmark}: {self.message}; refresh: {refresh_command(self.benchmark)}"
@@ -125,6 +134,7 @@ def check_result(path: Path, root: Path = ROOT) -> Problem | None:
             f"measured at commit {commit[:10]}, older than {last[:10]}, the last change to the code it measures "
             f"({len(since)} commit(s) to the plugins or its harness since: {named})",
             fatal,
+            since=since[-1].split()[0] if since else last[:10],
         )
     return None
 
@@ -135,14 +145,21 @@ def check_folder(folder: Path, root: Path = ROOT) -> list[Problem]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    folder = Path(args[0]) if args else ROOT / "docs" / "benchmarks"
-    problems = check_folder(folder)
+    """Print one line per stale result in the folder; with ``--check``, exit 1 when a CPU result is stale."""
+    parser = argparse.ArgumentParser(description="Are the committed benchmark results current?")
+    parser.add_argument("folder", nargs="?", type=Path, default=ROOT / "docs" / "benchmarks")
+    parser.add_argument("--check", action="store_true", help="fail on a stale CPU result (where results are published)")
+    args = parser.parse_args(argv)
+    problems = check_folder(args.folder)
     for p in problems:
-        print(("STALE " if p.fatal else "stale (warning) ") + str(p))
+        if args.check:
+            print(("STALE " if p.fatal else "stale (warning, refreshed on a GPU machine) ") + str(p))
+        else:
+            where = "`nox -s bench -- --check` fails on it" if p.fatal else "a GPU result is a warning everywhere"
+            print(f"warning: stale benchmark result {p} (not a failure here; {where})")
     if not problems:
-        print(f"every result in {folder} is current")
-    return 1 if any(p.fatal for p in problems) else 0
+        print(f"every result in {args.folder} is current")
+    return 1 if args.check and any(p.fatal for p in problems) else 0
 
 
 if __name__ == "__main__":

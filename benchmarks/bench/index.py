@@ -109,6 +109,12 @@ def _gpu_section(found: dict[str, Any], out: Path) -> str:
             f"[the full report](gpu.md).\n\n" + "\n".join(f"- {f}" for f in d["findings"]))  # fmt: skip
 
 
+def stale_words(problem: freshness.Problem) -> str:
+    """How a page marks a stale result: "stale since <commit>" (the first change to the code it measures after it
+    was measured), or why it cannot be shown current."""
+    return (f"**stale since {problem.since}**" if problem.since else "**stale**") + f": {problem.message}"
+
+
 def _freshness_lines(found: dict[str, Any], out: Path) -> list[str]:
     lines = []
     for name, d in found.items():
@@ -118,7 +124,7 @@ def _freshness_lines(found: dict[str, Any], out: Path) -> list[str]:
             problem = freshness.check_result(out / f"{name}.json")
         except RuntimeError:  # a folder outside this repository's history
             pass
-        state = f"**stale**: {problem.message}" if problem else "current"
+        state = "current when this page was written" if problem is None else stale_words(problem)
         dirty = m.get("uncommitted_measured_files") or []
         lines.append(
             f"- [{PAGES[name]}]({name}.md): {d['duration_s']:.0f} s, {m['time_utc']}, "

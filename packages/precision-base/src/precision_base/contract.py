@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 from precision_base.errors import InvalidPluginInfoError, InvalidSpecError, SpecTypeError, UnsupportedPrecisionError
+from precision_base.namespaces import door_of
 from precision_base.spec import PRECISIONS, normalize_precision
 
 if TYPE_CHECKING:
@@ -230,7 +231,9 @@ class PrecisionPlugin:
 
     Attributes:
         lightning_precision_error: optional ``str.format`` template of the message Lightning's own plugin raises for
-            an unsupported precision (fields ``precision`` and ``supported``);
+            an unsupported precision (fields ``precision``, ``supported`` and ``door``: ``"Trainer"``, or
+            ``"Fabric"`` for a class built on a Fabric precision class, for a message that names the call the user
+            made, e.g. ``"`{door}(strategy=...)`"``);
             [`canonical_precision`][precision_base.contract.PrecisionPlugin.canonical_precision] puts it
             first, verbatim, before its own guidance.
     """
@@ -283,7 +286,8 @@ class PrecisionPlugin:
         )
         template = cls.lightning_precision_error
         if template:
-            ours = template.format(precision=precision, supported=tuple(cls.precisions)) + " " + ours
+            door = door_of(cls) or "Trainer"  # a mixin without a Lightning base: the Trainer's wording
+            ours = template.format(precision=precision, supported=tuple(cls.precisions), door=door) + " " + ours
         raise UnsupportedPrecisionError(ours)
 
     def convert_output(self, data: Any) -> Any:

@@ -78,6 +78,16 @@ def namespace_of(obj: Any) -> Optional[str]:
     return None
 
 
+def door_of(plugin: Any) -> Optional[Door]:
+    """``"Trainer"`` or ``"Fabric"``: the door ``plugin``'s class (or a class) was built for; ``None`` for neither."""
+    namespace = namespace_of(plugin)
+    if namespace in NAMESPACES:
+        return "Trainer"
+    if namespace in FABRIC_NAMESPACES:
+        return "Fabric"
+    return None
+
+
 def _translated_module(module: str, namespace: str) -> Optional[str]:
     """``module`` renamed into ``namespace``'s package family, or ``None`` if it is no Lightning module."""
     standalone = namespace in ("pytorch_lightning", "lightning_fabric")

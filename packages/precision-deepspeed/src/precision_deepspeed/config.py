@@ -228,7 +228,7 @@ def conflict_message(owner: str, problems: Sequence[str]) -> str:
         f"the DeepSpeed config you passed contradicts the precision plugin {owner}: your config sets "
         + "; ".join(problems)
         + ". Remove these keys from your config (the plugin writes its own precision section; fp16 loss scaling "
-        "knobs are arguments of precision_deepspeed.DeepSpeedPrecision), or choose the precision plugin that "
+        "knobs are arguments of DeepSpeedPrecision, the precision plugin), or choose the precision plugin that "
         "matches your config."
     )
 
@@ -314,7 +314,7 @@ def write_into_config(
             needed = ", ".join(f"{k}={fp16[k]!r}" for k in contradicting)
             raise DeepSpeedConfigConflictError(
                 f"DeepSpeedStrategy({given}) contradicts the precision plugin {owner}, which needs {needed}. Give fp16 "
-                "loss scaling to the plugin only: precision_deepspeed.DeepSpeedPrecision(..., "
+                "loss scaling to the precision plugin only: DeepSpeedPrecision(..., "
                 f"{', '.join(f'{k}=...' for k in contradicting)})."
             )
     merged = merge_precision_section(user, section, owner=owner)

@@ -62,9 +62,12 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
     backend: ClassVar[str] = "deepspeed"
     precisions: ClassVar[tuple[str, ...]] = PRECISIONS
     lightning_precision_error: ClassVar[Optional[str]] = (
-        "`Trainer(strategy='deepspeed', precision={precision!r})` is not supported. `precision` must be one of: "
+        "`{door}(strategy='deepspeed', precision={precision!r})` is not supported. `precision` must be one of: "
         "{supported}."
     )
+    """Lightning's (Trainer) ``DeepSpeedPrecision`` message for an unsupported precision, with the call of the door
+    the class is for (``{door}``: ``Trainer``, or ``Fabric`` for [`precision_deepspeed.fabric.DeepSpeedPrecision`][]):
+    a Fabric user reads ``Fabric(strategy='deepspeed', ...)``, not a Trainer call they never wrote."""
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ from typing_extensions import override
 
 from precision_base import PrecisionPlugin
 from precision_fsdp import resume
+from precision_fsdp.scaler import loss_scale
 
 if TYPE_CHECKING:
     from lightning.pytorch.plugins.precision import FSDPPrecision as _LightningBase
@@ -33,15 +34,17 @@ class CheckpointMixin(PrecisionPlugin, _LightningBase):  # type: ignore[misc]  #
     def state_dict(self) -> dict[str, Any]:
         """The scaler's state for ``16-mixed`` (the keys of Lightning's built-in, so checkpoints move between both
         classes), else empty."""
-        return dict(self.scaler.state_dict()) if self.scaler is not None else {}
+        state = getattr(self.scaler, "state_dict", None)  # a user's scaler class may keep no state
+        return dict(state()) if callable(state) else {}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the scaler's state (written by this class or Lightning's built-in). State for a scaler this
         precision does not have was announced by
         [`on_load_checkpoint`][precision_fsdp.checkpoints.CheckpointMixin.on_load_checkpoint] and is dropped."""
-        if self.scaler is not None and state_dict:
-            self.scaler.load_state_dict(state_dict)
+        load = getattr(self.scaler, "load_state_dict", None)
+        if callable(load) and state_dict:
+            load(state_dict)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -61,7 +64,7 @@ class CheckpointMixin(PrecisionPlugin, _LightningBase):  # type: ignore[misc]  #
         """
         saved = resume.saved_precision(checkpoint, type(self).__qualname__)
         if saved is not None:
-            init_scale = self.scaler.get_scale() if self.scaler is not None else None
+            init_scale = loss_scale(self.scaler)
             said = resume.changes(saved, self.precision, init_scale)
             if said:
                 self.lightning.utilities.rank_zero_warn(resume.message(saved, self.precision, said))

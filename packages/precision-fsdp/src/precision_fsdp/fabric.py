@@ -79,7 +79,8 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
             version = fsdp_version_of(model)
             if version is not None:
                 self._fsdp_version = version
-        self.bind_device(tensor.device)
+        if isinstance(tensor, torch.Tensor):  # Lightning's class takes whatever has backward(); so does this one
+            self.bind_device(tensor.device)
         self._ready_scaler()
         super().backward(tensor, model, *args, **kwargs)  # type: ignore[arg-type]  # Fabric's, not the Trainer's
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Optional
 
+from precision_base.doors import door_of
 from precision_base.extra import NO_FEATURE, ExtraPrecisionFeature, ExtraPrecisions
 from precision_fsdp import _compat, float8
 from precision_fsdp.recipes import FLOAT8, RECIPES
@@ -30,6 +31,21 @@ FP8_FSDP1: Final[str] = (
     "strategy='auto' (precision_fsdp.FSDP2Strategy) or Lightning's ModelParallelStrategy."
 )
 """The refusal of FSDP1 (``{spec}``: the plugin's name)."""
+
+_TRAINER_CONVERTS: Final[str] = (
+    "The plugin converts the first module it shards (with strategy='auto', the whole LightningModule, also when "
+    "configure_model shards sub-modules through self.trainer.precision_plugin.fully_shard); when configure_model "
+    "calls torch's fully_shard itself, or under another strategy (Lightning's ModelParallelStrategy), call "
+    "self.trainer.precision_plugin.prepare_for_sharding(self) before any fully_shard."
+)
+"""Where the Trainer class converts, in the refusal of a model with no float8 Linear layer."""
+
+_FABRIC_CONVERTS: Final[str] = (
+    "The plugin converts the model handed to fabric.setup(model, ...) before the strategy shards it, unless a part "
+    "of it is sharded already: when you shard before fabric.setup (torch's fully_shard or plugin.fully_shard), call "
+    "plugin.prepare_for_sharding(model) before any fully_shard."
+)
+"""The same for the Fabric class (Fabric's ``setup`` converts the whole model before any ``parallelize_fn``)."""
 
 
 class Float8Feature:
@@ -74,17 +90,16 @@ class Float8Feature:
         self.converted = float8.convert(root, plugin.spec, self.precision, self.emulate, self.chosen, exclude=exclude)
 
     def check_model(self, plugin: Any, module: Any) -> None:
-        """Raises: precision_fsdp.float8.Float8UnavailableError: no Linear layer of ``module`` was converted."""
+        """Raises: precision_fsdp.float8.Float8UnavailableError: no Linear layer of ``module`` was converted (the
+        message says where the plugin converts at the plugin's door: a Trainer's ``configure_model`` or
+        ``fabric.setup``)."""
         if float8.is_converted(module):
             return
+        where = _FABRIC_CONVERTS if door_of(plugin) == "Fabric" else _TRAINER_CONVERTS
         raise float8.Float8UnavailableError(
             f"{plugin.spec}: no Linear layer of the model was converted to float8 (converted: "
-            f"{self.converted or 'none'}). The plugin converts the first module it shards (with "
-            "strategy='auto', the whole LightningModule, also when configure_model shards sub-modules through "
-            "self.trainer.precision_plugin.fully_shard); when configure_model calls torch's fully_shard itself, "
-            "or under another strategy (Lightning's ModelParallelStrategy), call "
-            "self.trainer.precision_plugin.prepare_for_sharding(self) before any fully_shard. Check fp8_filter "
-            "too: the defaults skip the first and last Linear and dimensions that are not multiples of 16."
+            f"{self.converted or 'none'}). {where} Check fp8_filter too: the defaults skip the first and last Linear "
+            "and dimensions that are not multiples of 16."
         )
 
     def describe(self, plugin: Any) -> Mapping[str, Any]:

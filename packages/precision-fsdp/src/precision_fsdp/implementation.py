@@ -33,7 +33,14 @@ from precision_fsdp.overflow import DEFAULT_MAX_SKIPPED_STEPS
 from precision_fsdp.policy import DtypePlan, dtype_name, parse_dtype
 from precision_fsdp.recipes import FLOAT8
 from precision_fsdp.root_unit import gather_root_in_steps
-from precision_fsdp.scaler import check_scaler_options, make_scaler, provisional_device, ready_scaler
+from precision_fsdp.scaler import (
+    check_scaler,
+    check_scaler_options,
+    loss_scale,
+    make_scaler,
+    provisional_device,
+    ready_scaler,
+)
 from precision_fsdp.selection import choose_strategy
 from precision_fsdp.sharding import FSDPVersion, fsdp1_root, fsdp_version_of
 from precision_fsdp.steps import StepWatch
@@ -153,15 +160,15 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
             hf_dtype=self._plan.compute if keep_fp32_defaults else None,
         )
         self._scaler_options = options
-        self._user_scaler = scaler is not None
         self._fsdp_version: Optional[FSDPVersion] = None
         self._fsdp1_root: Optional[torch.nn.Module] = None
         self._whole_model: Optional[torch.nn.Module] = None  # set by FSDP2Strategy while configure_model runs
         self._warned_true = False
-        self.scaler: Optional[GradScaler] = scaler  # type: ignore[assignment]
+        self._set_scaler(scaler, user=scaler is not None)
         if scaler is None and canonical == "16-mixed":
-            # provisional: holds the settings and any loaded state until connect() knows the FSDP version and device
-            self.scaler = make_scaler(2, provisional_device(), options)
+            # a ShardedGradScaler from construction on, as Lightning's; it holds the settings and any loaded state
+            # until connect() knows the FSDP version and device (FSDP2 then gets a torch.amp.GradScaler)
+            self._set_scaler(make_scaler(1, provisional_device(), options), user=False)
         if check_finite_grads and canonical == "16-mixed":
             raise ValueError(
                 "check_finite_grads=True is for precisions without loss scaling: under '16-mixed' the loss scaler "
@@ -259,9 +266,33 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         return result
 
     def _ready_scaler(self) -> None:
-        self.scaler = ready_scaler(
+        ready = ready_scaler(
             self.scaler, self._user_scaler, self._fsdp_version or 2, self.device_type, self._scaler_options
         )
+        self._set_scaler(ready, user=self._user_scaler)
+
+    @property
+    def scaler(self) -> Any:
+        """The ``16-mixed`` loss scaler (``None`` for the other precisions). One assigned here, as with Lightning's
+        plugins (``plugin.scaler = my_scaler``), is the user's, like one passed to ``scaler=``: used as given (a
+        ``GradScaler`` is checked against the device at connect; any other object needs only ``scale``,
+        ``unscale_``, ``step`` and ``update``).
+
+        Raises:
+            ValueError: (on assignment) the precision is not ``16-mixed``.
+            TypeError: (on assignment) the object lacks one of those methods.
+        """
+        return self.__dict__.get("_scaler")
+
+    @scaler.setter
+    def scaler(self, value: Any) -> None:
+        check_scaler(self.precision, value)
+        self._set_scaler(value, user=value is not None)
+
+    def _set_scaler(self, scaler: Any, *, user: bool) -> None:
+        """Set the scaler, saying whether it is the user's (kept as is) or the plugin's own (rebuilt as needed)."""
+        self.__dict__["_scaler"] = scaler
+        self._user_scaler = user
 
     # -- Lightning's Precision API --------------------------------------------------------------------------
     @override
@@ -364,8 +395,9 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         ``nonfinite_grad_steps`` (the same steps: here every step with inf/NaN gradients is skipped) and
         ``grad_norm`` (the unscaled global gradient norm of the last step, when clipping by norm computed it)."""
         stats: dict[str, float] = {}
-        if self.scaler is not None:
-            stats["loss_scale"] = float(self.scaler.get_scale())
+        scale = loss_scale(self.scaler)
+        if scale is not None:
+            stats["loss_scale"] = scale
         stats.update(self._steps.stats())
         norm = getattr(self, "_last_grad_norm", None)
         if norm is not None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from precision_base import PrecisionPlugin, PrecisionPluginWarning
+from precision_base.doors import door_of
 from precision_base.extra import ExtraPrecisionFeature
 from precision_fsdp import _compat
 from precision_fsdp.keep_fp32 import KeepFP32, KeepFP32Error, cast_except_kept_, install_fp32_forward, is_kept
@@ -198,11 +199,12 @@ class ModelShardingMixin(PrecisionPlugin):
                 self._warn_default_not_kept(name, entry)
                 continue
             if sharded and has_params and not is_kept(kept):
+                plugin, model, where = _sharding_calls(self)
                 raise KeepFP32Error(
                     f"keep_fp32 entry {entry} matches module {name!r}, but FSDP2 sharded it without the plugin's "
                     "float32 policy (inside another unit, or on its own with another policy), so it cannot keep "
-                    "float32 parameters. Shard through trainer.precision_plugin.fully_shard(...) and call "
-                    "trainer.precision_plugin.mark_keep_fp32(self) first in configure_model, or leave sharding to "
+                    f"float32 parameters. Shard through {plugin}.fully_shard(...) and call "
+                    f"{plugin}.mark_keep_fp32({model}) first in {where}, or leave sharding to "
                     "strategy='auto' (FSDP2Strategy)."
                 )
             self._keep_in_fp32(kept, entry)
@@ -216,14 +218,24 @@ class ModelShardingMixin(PrecisionPlugin):
                 self._warn_default_not_kept(name, entry)
 
     def _warn_default_not_kept(self, name: str, entry: str) -> None:
+        plugin, model, _where = _sharding_calls(self)
         self.lightning.utilities.rank_zero_warn(
             f"{self.spec}: module {name!r} ({entry}) would be kept in float32 by default, but FSDP2 sharded it "
             "without the plugin (inside another unit or with another policy), so it computes as that unit does. If "
             "its forward fails with 'expected scalar type BFloat16 but found Float' (or Half), shard through "
-            "trainer.precision_plugin.fully_shard(...) after trainer.precision_plugin.mark_keep_fp32(self), or "
+            f"{plugin}.fully_shard(...) after {plugin}.mark_keep_fp32({model}), or "
             "leave sharding to strategy='auto' (FSDP2Strategy).",
             category=PrecisionPluginWarning,
         )
+
+
+def _sharding_calls(plugin: Any) -> tuple[str, str, str]:
+    """How the messages about sharding name the user's calls at the plugin's door: the plugin as the user's code
+    reaches it, the whole model, and where sharding is written (``trainer.precision_plugin``, ``self``,
+    ``configure_model`` at a Trainer; ``plugin``, ``model``, the ``parallelize_fn`` at Fabric)."""
+    if door_of(plugin) == "Fabric":
+        return "plugin", "model", "the parallelize_fn"
+    return "trainer.precision_plugin", "self", "configure_model"
 
 
 __all__ = ["KEEP_FP32_FSDP1", "LIGHTNING_TRUE_WARNING", "ModelShardingMixin", "cast_unsharded_"]

@@ -45,11 +45,7 @@ def check_scaler_options(precision: str, scaler: Any, options: Mapping[str, Any]
             )
         return {}
     if scaler is not None:
-        if not isinstance(scaler, GradScaler):
-            raise TypeError(
-                "scaler must be a torch.amp.GradScaler (or torch.distributed.fsdp.sharded_grad_scaler."
-                f"ShardedGradScaler), got {type(scaler).__name__}"
-            )
+        check_scaler(precision, scaler)
         if given:
             raise ValueError(
                 f"pass either scaler= or the scaler options {sorted(given)}, not both: configure the scaler you pass"
@@ -64,6 +60,46 @@ def check_scaler_options(precision: str, scaler: Any, options: Mapping[str, Any]
     if "growth_interval" in given and not (isinstance(given["growth_interval"], int) and given["growth_interval"] > 0):
         raise ValueError(f"growth_interval must be a positive int, got {given['growth_interval']!r}")
     return given
+
+
+SCALER_METHODS: tuple[str, ...] = ("scale", "unscale_", "step", "update")
+"""What Lightning's FSDP plugins call on a scaler (``scale`` in backward, ``unscale_`` before clipping, ``step`` and
+``update`` at the optimizer step): a user's scaler needs these and nothing more."""
+
+
+def check_scaler(precision: str, scaler: Any) -> None:
+    """Refuse a user's scaler (given to ``__init__`` or assigned to ``plugin.scaler``) that cannot work: one for a
+    precision that does not scale the loss, or one without the methods Lightning calls (:data:`SCALER_METHODS`).
+    ``None`` is always accepted.
+
+    Raises:
+        ValueError: ``precision`` is not ``16-mixed`` (Lightning's message first, verbatim).
+        TypeError: ``scaler`` lacks one of :data:`SCALER_METHODS`.
+    """
+    if scaler is None:
+        return
+    if precision != "16-mixed":
+        raise ValueError(
+            f"`precision={precision!r}` does not use a scaler, found {scaler}. Only '16-mixed' scales the loss; "
+            "remove the scaler, or use precision='16-mixed'."
+        )
+    missing = [name for name in SCALER_METHODS if not callable(getattr(scaler, name, None))]
+    if missing:
+        raise TypeError(
+            "scaler must be a torch.amp.GradScaler (or torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler), "
+            f"or an object with the methods Lightning calls ({', '.join(SCALER_METHODS)}); "
+            f"{type(scaler).__name__} has no {', '.join(missing)}"
+        )
+
+
+def loss_scale(scaler: Any) -> Optional[float]:
+    """The scaler's current scale, or ``None`` when it is unknown (no scaler, or a user's scaler without a
+    ``get_scale()`` returning a number): the checks that read it then leave that step out."""
+    get_scale = getattr(scaler, "get_scale", None)
+    if not callable(get_scale):
+        return None
+    value = get_scale()
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def is_sharded_scaler(scaler: GradScaler) -> bool:
@@ -83,13 +119,16 @@ def provisional_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def check_user_scaler(scaler: GradScaler, version: FSDPVersion, device_type: str) -> None:
-    """Refuse a user scaler that cannot work where the plugin was connected.
+def check_user_scaler(scaler: Any, version: FSDPVersion, device_type: str) -> None:
+    """Refuse a user's ``GradScaler`` that cannot work where the plugin was connected (a scaler of another class is
+    used as given: only :data:`SCALER_METHODS` are called on it).
 
     Raises:
         ValueError: the scaler was made for another device type, or a plain ``GradScaler`` is used under FSDP1
             (it would not agree across ranks on which steps to skip).
     """
+    if not isinstance(scaler, GradScaler):
+        return  # a user's own scaler class: its device and kind are its own business, used as given
     if scaler_device(scaler) != device_type:
         raise ValueError(
             f"the scaler passed to FSDPPrecision was made for device {scaler_device(scaler)!r}, but the model runs "

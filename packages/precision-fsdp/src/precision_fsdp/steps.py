@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from precision_fsdp.overflow import OverflowWatch, grads_finite
+from precision_fsdp.scaler import loss_scale
 
 
 class StepWatch:
@@ -92,11 +93,12 @@ class StepWatch:
     def scaled_step(self, step: Callable[[], Any], scaler: Any, spec: str) -> Any:
         """Run ``step`` (an optimizer step through ``scaler``, if any); a step after which the scale fell counts
         towards ``max_skipped_steps``."""
-        before = scaler.get_scale() if scaler is not None else None
+        before = loss_scale(scaler)  # None: unknown (a user's scaler without get_scale): the step is not counted
         output = step()
-        if scaler is not None and self.overflow is not None and before is not None:
-            after = scaler.get_scale()  # once: on a GPU each get_scale() waits for the device (.item())
-            self.overflow.after_scaled_step(before, after, spec)
+        if self.overflow is not None and before is not None:
+            after = loss_scale(scaler)  # once: on a GPU each get_scale() waits for the device (.item())
+            if after is not None:
+                self.overflow.after_scaled_step(before, after, spec)
         return output
 
     def stats(self) -> dict[str, float]:

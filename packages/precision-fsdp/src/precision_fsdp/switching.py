@@ -38,6 +38,9 @@ class SwitchMixin(PrecisionPlugin):
     _user_scaler: bool
     scaler: Any
     device_type: str
+
+    def _set_scaler(self, scaler: Any, *, user: bool) -> None: ...  # FSDPPrecisionImpl's
+
     mixed_precision_policy: Any
     fsdp_version: Any
 
@@ -68,10 +71,9 @@ class SwitchMixin(PrecisionPlugin):
         self._feature = feature_for(precision, *self._fp8_options)
         _compat.set_lightning_input_dtype(self, self._plan.inputs)
         if precision != "16-mixed":
-            self.scaler = None
+            self._set_scaler(None, user=False)
         elif self.scaler is None:  # fresh, at its init_scale (resume.changes says the same for a resume)
-            self.scaler = make_scaler(self._fsdp_version or 2, self.device_type, self._scaler_options)
-            self._user_scaler = False
+            self._set_scaler(make_scaler(self._fsdp_version or 2, self.device_type, self._scaler_options), user=False)
         self._steps.follow(precision)
         if model is not None:
             switch.update_policies(model, self.mixed_precision_policy)

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, Optional
 
 import torch
+from torch.amp import GradScaler
 
 from precision_base.contract import DtypeTable
 from precision_base.extra import ExtraPrecisionFeature
@@ -64,11 +65,13 @@ def describe_facts(
         facts["keep_fp32 (FSDP2 only)"] = keep.facts(
             reduction="float32", outputs="float32" if plan.mixed else dtype_name(plan.compute)
         )
-    if scaler is not None:
+    if isinstance(scaler, GradScaler):
         facts["scaler"] = {
             "kind": type(scaler).__name__,
             "device": _compat.scaler_device(scaler),
         } | dict(scaler.state_dict())
+    elif scaler is not None:  # a user's own scaler class: only what it shows
+        facts["scaler"] = {"kind": type(scaler).__name__, "device": "unknown"}
     return facts
 
 

@@ -9,6 +9,7 @@ from precision_base.audit.compare import build_rows, is_fp8_precision, plugin_lo
 from precision_base.audit.observe import Recorder
 from precision_base.audit.report import AuditReport, AuditRow
 from precision_base.contract import DtypeTable
+from precision_base.doors.identity import door_of
 from precision_base.errors import PrecisionAuditError, PrecisionPluginWarning
 
 
@@ -20,14 +21,17 @@ def plugin_table(plugin: Any) -> DtypeTable:
     """``plugin.dtypes()``, checked to be a [`DtypeTable`][precision_base.DtypeTable].
 
     Raises:
-        TypeError: the precision plugin has no ``dtypes()`` (it is not a precision-base plugin), or it returned
-            something else than a ``DtypeTable``.
+        TypeError: the precision plugin has no ``dtypes()`` (it is not a precision-base plugin; the message names the
+            door of the plugin's class: ``PrecisionAudit`` and ``Trainer(...)``, or ``audit_fabric_steps`` and
+            ``Fabric(...)``), or it returned something else than a ``DtypeTable``.
     """
     dtypes = getattr(plugin, "dtypes", None)
     if dtypes is None:
+        fabric = door_of(plugin) == "Fabric"  # a Fabric's plugin is a Fabric precision class: name Fabric's calls
+        audit, door = ("audit_fabric_steps", "Fabric") if fabric else ("PrecisionAudit", "Trainer")
         raise TypeError(
-            f"PrecisionAudit compares a run with the precision plugin's dtypes() table, and {type(plugin).__name__} "
-            "has none: use a precision-base plugin, e.g. Trainer(precision_plugin='fsdp:bf16-mixed')"
+            f"{audit} compares a run with the precision plugin's dtypes() table, and {type(plugin).__name__} "
+            f"has none: use a precision-base plugin, e.g. {door}(precision_plugin='fsdp:bf16-mixed')"
         )
     table = dtypes()
     if not isinstance(table, DtypeTable):

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from precision_base._compat import caller_frames
 from precision_base.errors import PrecisionPluginError, TrainerConfigurationError
-from precision_base.namespaces import FABRIC_NAMESPACES, NAMESPACES, Door, namespace_of
+from precision_base.namespaces import Door, door_of, namespace_of
 
 
 class WrongDoorError(TrainerConfigurationError):
@@ -33,16 +33,6 @@ class WrongDoorError(TrainerConfigurationError):
         super().__init__(message)
         self.plugin = plugin
         self.door = door
-
-
-def door_of(plugin: Any) -> Optional[Door]:
-    """``"Trainer"`` or ``"Fabric"``: the door ``plugin``'s class (or a class) was built for; ``None`` for neither."""
-    namespace = namespace_of(plugin)
-    if namespace in NAMESPACES:
-        return "Trainer"
-    if namespace in FABRIC_NAMESPACES:
-        return "Fabric"
-    return None
 
 
 def _class_path(plugin: Any, door: Door) -> str:

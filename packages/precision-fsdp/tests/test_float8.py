@@ -55,34 +55,46 @@ def test_no_fp8_hardware_is_an_error_outside_emulation() -> None:
     FSDPPrecision("fp8-tensorwise", fp8_emulate=True).configure_strategy("auto", accelerator="cpu", devices=2)
 
 
-def test_without_torchao_it_is_an_install_hint(fsdp2_on_cpu: None) -> None:
+def test_without_torchao_it_is_an_install_hint() -> None:
+    """torchao missing: neither importable nor in the installed metadata (both hidden in a fresh Python)."""
     code = (
-        "import sys, builtins\n"
-        "real = builtins.__import__\n"
+        "import builtins, importlib.metadata as md\n"
+        "real_import, real_version = builtins.__import__, md.version\n"
         "def no_torchao(name, *a, **k):\n"
-        "    if name.split('.')[0] == 'torchao': raise ImportError('No module named torchao')\n"
-        "    return real(name, *a, **k)\n"
-        "builtins.__import__ = no_torchao\n"
-        "import precision_fsdp, precision_base\n"
-        "p = precision_base.resolve('fsdp:fp8-tensorwise', fp8_emulate=True)\n"
-        "try:\n"
-        "    p.configure_strategy('auto', accelerator='cpu', devices=2)\n"
-        "except Exception as e:\n"
-        "    print(type(e).__name__, e)\n"
+        "    if name.split('.')[0] == 'torchao': raise ModuleNotFoundError(\"No module named 'torchao'\")\n"
+        "    return real_import(name, *a, **k)\n"
+        "def no_torchao_version(name):\n"
+        "    if name == 'torchao': raise md.PackageNotFoundError(name)\n"
+        "    return real_version(name)\n"
+        "builtins.__import__, md.version = no_torchao, no_torchao_version\n"
+        "import precision_base\n"
+        "from precision_fsdp.float8 import torchao_float8\n"
+        "checks = (lambda: precision_base.resolve('fsdp:fp8-tensorwise'), lambda: torchao_float8('fsdp:fp8-rowwise'))\n"
+        "for check in checks:\n"
+        "    try:\n"
+        "        check()\n"
+        "    except Exception as e:\n"
+        "        print(type(e).__name__, e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     from precision_base.registry import install_command
 
     line = install_command("precision-fsdp", "fp8")  # for where this copy came from (issue 21): checkout or index
     assert line.startswith("pip install ")
     assert line.endswith('precision-fsdp[fp8]"')
-    assert f"Float8UnavailableError fsdp:fp8-tensorwise needs torchao: {line} (it brings torchao)" in out
+    resolve, setup = done.stdout.strip().splitlines()[-2:]
+    assert resolve.startswith("PluginRequirementError fsdp:fp8-tensorwise is unavailable here: it needs torchao>=")
+    assert resolve.endswith(f"install it with: {line}")
+    assert setup.startswith(f"Float8UnavailableError fsdp:fp8-rowwise needs torchao: {line} (it brings torchao)")
 
 
-def test_building_an_fp8_plugin_does_not_import_torchao() -> None:
-    plain = "import sys, precision_base; precision_base.resolve('fsdp:fp8-tensorwise'); print('torchao' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "False", "building the plugin (even an fp8 one) does not import torchao"
+def test_only_an_fp8_plugin_imports_torchao_and_only_to_check_it_works() -> None:
+    """Building any other plugin never imports torchao; resolving an fp8 name imports ``torchao.float8`` (the
+    training is about to use it) so that an installed torchao that does not import is refused at once."""
+    probe = "import sys, precision_base; precision_base.resolve({!r}); print('torchao' in sys.modules)"
+    for spec, imported in (("fsdp:bf16-mixed", "False"), ("fsdp:fp8-tensorwise", "True")):
+        done = subprocess.run([sys.executable, "-c", probe.format(spec)], capture_output=True, text=True, timeout=120)
+        assert done.stdout.strip() == imported, (spec, done.stderr[-2000:])
 
 
 def test_default_choice_skips_first_last_and_odd_dims() -> None:

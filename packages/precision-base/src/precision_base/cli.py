@@ -32,6 +32,7 @@ from precision_base.registry import (
     list_plugins,
     resolve,
 )
+from precision_base.statuses import broken_extras
 
 ACCEPTED = ("ok", "disabled")
 """Statuses that do not make ``list`` or ``doctor`` exit non-zero."""
@@ -70,6 +71,7 @@ def _entry_dict(entry: PluginEntry) -> dict[str, Any]:
         "precisions": list(entry.precisions),
         "extra_precisions": list(entry.extra_precisions),
         "unavailable": dict(entry.unavailable),
+        "broken": dict(broken_extras(entry)),
         "status": entry.status,
         "reason": entry.reason,
         "summary": entry.summary,
@@ -77,18 +79,21 @@ def _entry_dict(entry: PluginEntry) -> dict[str, Any]:
 
 
 def _precision_cell(entry: PluginEntry) -> str:
-    """Every precision of ``entry``, an unavailable extra one marked ``(unavailable)``."""
-    missing = dict(entry.unavailable)
+    """Every precision of ``entry``, an extra one marked ``(unavailable)`` (its extra is not installed) or
+    ``(broken)`` (installed, but it does not import)."""
+    marks = {p: "unavailable" for p, _why in entry.unavailable} | {p: "broken" for p, _why in broken_extras(entry)}
     names = entry.precisions + entry.extra_precisions
-    return ",".join(f"{p} (unavailable)" if p in missing else p for p in names)
+    return ",".join(f"{p} ({marks[p]})" if p in marks else p for p in names)
 
 
 def _unavailable_lines(entry: PluginEntry, indent: str = "  ") -> list[str]:
-    """One line per reason: ``fsdp:fp8-tensorwise, fsdp:fp8-rowwise unavailable: needs torchao...``."""
-    by_reason: dict[str, list[str]] = {}
-    for precision, why in entry.unavailable:
-        by_reason.setdefault(why, []).append(f"{entry.backend}:{precision}")
-    return [f"{indent}{', '.join(names)} unavailable: {why}" for why, names in by_reason.items()]
+    """One line per reason: ``fsdp:fp8-tensorwise, fsdp:fp8-rowwise unavailable: needs torchao...`` (or
+    ``... broken: the 'fp8' extra ... is installed (...), but `import torchao.float8` fails: ...``)."""
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for state, pairs in (("unavailable", entry.unavailable), ("broken", broken_extras(entry))):
+        for precision, why in pairs:
+            by_reason.setdefault((state, why), []).append(f"{entry.backend}:{precision}")
+    return [f"{indent}{', '.join(names)} {state}: {why}" for (state, why), names in by_reason.items()]
 
 
 def _unknown_disabled_note() -> Optional[str]:
@@ -120,7 +125,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             print("\n".join(["", "problems:", *problems]))
         unavailable = [line for e in entries for line in _unavailable_lines(e)]
         if unavailable:
-            print("\n".join(["", "unavailable here (the backend itself is ok):", *unavailable]))
+            print("\n".join(["", "unavailable or broken here (the backend itself is ok):", *unavailable]))
     if note:
         print(f"\nnote: {note}")
     return 1 if failed else 0
@@ -200,10 +205,10 @@ def _doctor_entry(entry: PluginEntry, check_imports: bool) -> dict[str, Any]:
         spec = f"{entry.backend}:{precision}"
         try:
             resolve(spec)
-        except PluginRequirementError:
-            if precision not in missing:
-                raise  # pragma: no cover - an unmet requirement of the backend itself makes the entry not ok
-            continue  # refused with the install line, as `list` says: unavailable, not broken
+        except PluginRequirementError as exc:
+            if precision not in missing:  # installed but broken (an extra that does not import): a problem
+                report["problems"].append(f"{spec}: {exc}")
+            continue  # else refused with the install line, as `list` says: unavailable, not broken
         except Exception as exc:  # doctor reports every failure instead of stopping at the first
             report["problems"].append(f"{spec}: {type(exc).__name__}: {exc}")
             continue

@@ -69,6 +69,10 @@ class PluginInfo:
             they are unmet the precision is *unavailable*: ``resolve``, the Trainer and Fabric doors refuse it with
             the install line, ``precision-plugins list`` and ``doctor`` mark it and say why. ``()`` (the default):
             every precision needs only the distribution's own requirements.
+        extra_imports: optional ``(extra, modules)`` pairs: modules an installed ``extra`` of ``precision_extras``
+            must import. Asked only for those precisions (by ``resolve`` at both doors, ``list`` and ``doctor``):
+            where one fails, the precision is *broken* here and they say so with the import error and the
+            installed versions, never with an install line. ``()`` (the default): installed means usable.
     """
 
     backend: str
@@ -81,6 +85,7 @@ class PluginInfo:
     fabric_class: str = ""
     extra_precisions: tuple[tuple[str, str], ...] = ()
     precision_extras: tuple[tuple[str, str], ...] = ()
+    extra_imports: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def all_precisions(self) -> tuple[str, ...]:
@@ -150,6 +155,17 @@ def _precision_extras_problems(info: PluginInfo) -> list[str]:
             )
         if not isinstance(extra, str) or not _EXTRA_NAME_RE.match(extra):
             problems.append(f"precision_extras: {extra!r} is not an extra name such as 'fp8'")
+    imports = getattr(info, "extra_imports", ())
+    if not isinstance(imports, tuple) or not all(
+        isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], tuple) and all(isinstance(m, str) for m in e[1])
+        for e in imports
+    ):
+        return [*problems, f"extra_imports must be a tuple of (extra, (module, ...)) pairs, got {imports!r}"]
+    used = {extra for _precision, extra in pairs}
+    problems += [
+        f"extra_imports names the extra {extra!r}, which no precision_extras pair needs" for extra, _m in imports
+        if extra not in used
+    ]  # fmt: skip
     return problems
 
 

@@ -45,11 +45,15 @@ class ExtraPrecisions:
         bases: ``(name, base)`` pairs, e.g. ``(("fp8-tensorwise", "bf16-mixed"),)``: each extra precision and the
             one of Lightning's five it behaves like outside the feature.
         extra: the distribution's optional extra every name needs (``pip install "<dist>[<extra>]"``), or ``""``.
+        imports: the modules of that extra every name needs at run time, e.g. ``("torchao.float8",)``: where the
+            extra is installed but one of them fails to import, the names are *broken* there, reported with the
+            import error and the installed versions (never with an install line: the extra is installed).
     """
 
     feature: str
     bases: tuple[tuple[str, str], ...]
     extra: str = ""
+    imports: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -86,6 +90,11 @@ def declared(*features: ExtraPrecisions) -> tuple[tuple[str, str], ...]:
 def declared_extras(*features: ExtraPrecisions) -> tuple[tuple[str, str], ...]:
     """Every ``(name, extra)`` pair of ``features``, for `PluginInfo.precision_extras`."""
     return tuple(pair for feature in features for pair in feature.precision_extras)
+
+
+def declared_imports(*features: ExtraPrecisions) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(extra, modules)`` of every feature with an extra and modules to import, for `PluginInfo.extra_imports`."""
+    return tuple((feature.extra, feature.imports) for feature in features if feature.extra and feature.imports)
 
 
 def base_precision(precision: str, features: Iterable[ExtraPrecisions]) -> str:

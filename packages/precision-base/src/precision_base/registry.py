@@ -78,6 +78,7 @@ from precision_base.statuses import (
     duplicate_error,
     entry_after_info,
     entry_before_info,
+    import_error,
     install_command,
     unknown_backend_message,
 )
@@ -294,6 +295,7 @@ class Registry:
             self._classes.clear()
             self._import_failures.clear()
             installed_version.cache_clear()
+            import_error.cache_clear()
 
 
 _default = Registry()

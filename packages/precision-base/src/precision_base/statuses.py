@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
+import importlib
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
@@ -27,7 +29,7 @@ from precision_base.errors import (
     UnsupportedPrecisionError,
     shorten,
 )
-from precision_base.requirements import unmet_requirements
+from precision_base.requirements import installed_version, unmet_requirements
 from precision_base.spec import PRECISIONS
 
 if TYPE_CHECKING:
@@ -213,7 +215,9 @@ def check_precision(entry: PluginEntry, precision: str) -> None:
 
     Raises:
         UnsupportedPrecisionError: the backend does not offer it (with the closest name it offers, if any).
-        PluginRequirementError: an extra precision whose optional extra is not installed (with the install line).
+        PluginRequirementError: an extra precision whose optional extra is not installed (with the install line),
+            or is installed but broken (the import error and the versions:
+            [`broken_extra`][precision_base.statuses.broken_extra]).
     """
     assert entry.info is not None
     offered = entry.info.all_precisions
@@ -228,6 +232,68 @@ def check_precision(entry: PluginEntry, precision: str) -> None:
     why = dict(entry.unavailable).get(precision)
     if why is not None:
         raise PluginRequirementError(f"{entry.backend}:{precision} is unavailable here: it {why}")
+    broken = broken_extra(entry, precision)
+    if broken is not None:
+        raise PluginRequirementError(f"{entry.backend}:{precision} cannot be used here: {broken}")
+
+
+def broken_extra(entry: PluginEntry, precision: str) -> Optional[str]:
+    """Why the installed extra behind ``precision`` cannot be used here: one of its ``extra_imports`` modules fails
+    to import (the import error, and the installed versions of the extra's and the distribution's requirements).
+    ``None`` when it imports, when ``precision`` needs no extra, or when the extra is not installed (``unavailable``
+    says that, with the install line)."""
+    info = entry.info
+    if info is None or precision in dict(entry.unavailable):
+        return None
+    extra = dict(info.precision_extras).get(precision)
+    for module in dict(info.extra_imports).get(extra or "", ()):
+        error = import_error(module)
+        if error is not None:
+            return (
+                f"the {extra!r} extra of {entry.distribution} is installed ({_versions(entry.distribution, extra)}), "
+                f"but `import {module}` fails: {error}. Installing the extra again changes nothing while these "
+                "versions stay: install releases of them that work together"
+            )
+    return None
+
+
+def broken_extras(entry: PluginEntry) -> tuple[tuple[str, str], ...]:
+    """``(precision, why)`` for each extra precision of ``entry`` that is installed but broken
+    ([`broken_extra`][precision_base.statuses.broken_extra]); imports the extras' modules (``list``, ``doctor``)."""
+    return tuple((p, why) for p in entry.extra_precisions if (why := broken_extra(entry, p)) is not None)
+
+
+@functools.cache
+def import_error(module: str) -> Optional[str]:
+    """``"ExceptionType: message"`` when importing ``module`` fails, else ``None`` (cached per process;
+    [`precision_base.clear_cache`][] forgets it)."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # a broken install raises anything (ImportError, AttributeError, OSError, ...)
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _versions(distribution: str, extra: Optional[str]) -> str:
+    """``"torchao 0.18.0, torch 2.13.0+cpu, ..."``: the installed versions of the requirements of ``extra`` of
+    ``distribution``, then of the distribution's own."""
+    from importlib import metadata as md
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    requires: list[str] = []
+    with contextlib.suppress(Exception):
+        requires = list(md.requires(distribution) or ())
+    of_extra, own = [], []
+    for text in requires:
+        with contextlib.suppress(InvalidRequirement):
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                own.append(req.name)
+            elif extra and req.marker.evaluate({"extra": extra}):
+                of_extra.append(req.name)
+    shown = [f"{name} {version}" for name in dict.fromkeys(of_extra + own) if (version := installed_version(name))]
+    return ", ".join(shown) or "versions unknown"
 
 
 def install_command(distribution: str, extra: str, dist: Optional[metadata.Distribution] = None) -> str:

@@ -105,12 +105,22 @@ def torchao_float8(spec: str) -> Any:
     """The ``torchao.float8`` module.
 
     Raises:
-        Float8UnavailableError: torchao is not installed (the message is the install hint).
+        Float8UnavailableError: torchao is not installed (the message is the install hint), or it is installed but
+            ``torchao.float8`` fails to import (the error and the torch and torchao versions; no install hint).
     """
+    from precision_base.requirements import installed_version
+
     try:
         import torchao.float8 as float8
-    except ImportError as exc:
-        raise Float8UnavailableError(f"{spec} needs torchao: {install_hint()}. ({exc})") from None
+    except Exception as exc:  # a torchao built for another torch fails in many ways, not only with ImportError
+        if installed_version("torchao") is None:
+            raise Float8UnavailableError(f"{spec} needs torchao: {install_hint()}. ({exc})") from None
+        raise Float8UnavailableError(
+            f"{spec} cannot use the installed torchao {installed_version('torchao') or '(version unknown)'} with torch "
+            f"{torch.__version__}: `import torchao.float8` fails: {type(exc).__name__}: {exc}. Install a torchao "
+            "release that works with this torch; installing precision-fsdp's fp8 extra again changes nothing while "
+            "these versions stay"
+        ) from exc
     return float8
 
 

@@ -31,6 +31,7 @@ FLOAT8: Final[ExtraPrecisions] = ExtraPrecisions(
     feature="float8 (torchao, FSDP2 only)",
     bases=tuple((name, "bf16-mixed") for name in RECIPES),
     extra="fp8",  # torchao, from precision-fsdp[fp8]
+    imports=("torchao.float8",),  # installed but failing to import (a torchao built for another torch): broken
 )
 """The float8 feature's extra precisions: every recipe, based on ``bf16-mixed``, needing the ``fp8`` extra."""
 

@@ -31,6 +31,7 @@ from typing_extensions import override
 from precision_base.fabric import bind_device_from_inputs
 from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
 from precision_fsdp.implementation import FSDPPrecisionImpl
+from precision_fsdp.loop_state import restorable_entries, restore_entries
 from precision_fsdp.selection import HOW_FABRIC_FSDP1, HOW_FABRIC_FSDP2, choose_fabric_strategy
 from precision_fsdp.sharding import fsdp_version_of
 
@@ -132,6 +133,21 @@ class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
     def _shard_by_policy(self, module: torch.nn.Module, device_mesh: DeviceMesh) -> torch.nn.Module:
         self.shard(module)
         return module
+
+    @override
+    def load_checkpoint(  # type: ignore[override]  # typed against the Trainer's strategy; this is Fabric's
+        self, path: Any, state: Any = None, strict: bool = True, weights_only: Optional[bool] = None
+    ) -> dict[str, Any]:
+        """Fabric's load, then every stateful entry of ``state`` (not a module or optimizer: a stateful dataloader,
+        a sampler, a user's object with ``state_dict`` / ``load_state_dict``) gets ``load_state_dict`` with what was
+        saved and stays the object the loop holds, from either layout. Lightning's sharded (folder) load puts the
+        saved dict in its place instead, so the loop's own object would silently start again from scratch; its
+        one-file load already restores it like this. Plain values are replaced, as Lightning does."""
+        stateful = restorable_entries(state)
+        load: Any = super().load_checkpoint  # Fabric's ModelParallelStrategy's, in the MRO
+        remainder: dict[str, Any] = load(path, state, strict, weights_only=weights_only)
+        restore_entries(state, stateful)
+        return remainder
 
 
 class FSDP2Strategy(FabricFSDP2StrategyImpl, _FabricModelParallelStrategy):  # type: ignore[misc]

@@ -26,7 +26,7 @@ from typing import Any, Union
 
 from precision_base.namespaces import NAMESPACES, for_namespace
 from precision_base.plugin_support import registered_strategy_class, uses_cpu, wrong_strategy_error
-from precision_fsdp._compat import fsdp2_cpu_problem, lightning_fsdp_on_cpu_message
+from precision_fsdp._compat import fsdp1_state_dict_type, fsdp2_cpu_problem, lightning_fsdp_on_cpu_message
 from precision_fsdp.fsdp2_strategy import FSDP2Strategy
 
 HOW_FSDP2 = (
@@ -75,7 +75,7 @@ def _choose(
     named_fsdp1 = isinstance(strategy, str) and strategy != "auto" and door.is_fsdp1_name(strategy, lightning)
     if named_fsdp1 or isinstance(strategy, fsdp1):
         if uses_cpu(accelerator):
-            raise wrong_strategy_error(spec, strategy, door.fsdp1_on_cpu(lightning, accelerator))
+            raise wrong_strategy_error(spec, strategy, door.fsdp1_on_cpu(lightning, accelerator) + _keep_full(strategy))
         mixed_precision = getattr(strategy, "mixed_precision", None) if isinstance(strategy, fsdp1) else None
         if mixed_precision is not None:
             raise wrong_strategy_error(spec, strategy, door.fsdp1_mixed_precision)
@@ -85,6 +85,16 @@ def _choose(
             raise wrong_strategy_error(spec, strategy, door.fsdp2_not_on_cpu(cpu_problem))
         return auto() if isinstance(strategy, str) else strategy
     raise wrong_strategy_error(spec, strategy, door.other)
+
+
+def _keep_full(strategy: Any) -> str:
+    """For a refused ``FSDPStrategy(state_dict_type="full")``: how its replacement keeps one-file checkpoints."""
+    if fsdp1_state_dict_type(strategy) != "full":
+        return ""
+    return (
+        " Your FSDPStrategy saves full state dicts (state_dict_type='full'); FSDP2Strategy keeps that with "
+        "FSDP2Strategy(save_distributed_checkpoint=False) (its default writes a folder of shards)."
+    )
 
 
 def choose_strategy(

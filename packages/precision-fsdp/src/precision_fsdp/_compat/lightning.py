@@ -148,7 +148,25 @@ def lightning_fsdp_on_cpu_message(lightning: types.ModuleType, accelerator: Any)
     return None
 
 
+FSDP1_STATE_DICT_TYPE_ATTR: Final = "_state_dict_type"
+"""Where both Lightning namespaces' ``FSDPStrategy`` keep the constructor's ``state_dict_type``."""
+
+
+def fsdp1_state_dict_type(strategy: Any) -> Optional[str]:
+    """``"full"`` or ``"sharded"``: what an ``FSDPStrategy`` instance was asked to save (``None`` when unknown)."""
+    value = getattr(strategy, FSDP1_STATE_DICT_TYPE_ATTR, None)
+    return value if isinstance(value, str) else None
+
+
 # -- the entries the compat test walks ----------------------------------------------------------------------------
+def _check_fsdp1_state_dict_type() -> Optional[str]:
+    from lightning.fabric.strategies.fsdp import FSDPStrategy as FabricFSDPStrategy
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    got = [fsdp1_state_dict_type(cls(state_dict_type="full")) for cls in (FSDPStrategy, FabricFSDPStrategy)]
+    return None if got == ["full", "full"] else f"no longer holds state_dict_type (got {got!r})"
+
+
 def _check_lightning_scaler_use() -> Optional[str]:
     cls = _lightning_fsdp_precision()
     uses = [name for name in LIGHTNING_SCALER_METHODS if "self.scaler" in inspect.getsource(getattr(cls, name))]
@@ -246,6 +264,12 @@ FENCED: Final[tuple[Fenced, ...]] = (
         check=_check_throughput_function,
     ),
     Fenced(
+        "lightning.pytorch.strategies",
+        f"FSDPStrategy.{FSDP1_STATE_DICT_TYPE_ATTR}",
+        why="a refused FSDPStrategy's full-state-dict choice carried into the suggested FSDP2Strategy",
+        check=_check_fsdp1_state_dict_type,
+    ),
+    Fenced(
         "lightning.pytorch.trainer.connectors.accelerator_connector",
         f"_AcceleratorConnector.{FSDP_ON_CPU_CHECK}",
         why="quoting Lightning's FSDP1-on-CPU refusal",
@@ -256,12 +280,14 @@ FENCED: Final[tuple[Fenced, ...]] = (
 
 __all__ = [
     "FENCED",
+    "FSDP1_STATE_DICT_TYPE_ATTR",
     "FSDP_ON_CPU_CHECK",
     "INPUT_DTYPE_ATTR",
     "LIGHTNING_SCALER_METHODS",
     "MODEL_PARALLEL_SIZE_ATTRS",
     "THROUGHPUT_DTYPE_FUNCTION",
     "configure_model_counted_as_overridden",
+    "fsdp1_state_dict_type",
     "lightning_fsdp_on_cpu_message",
     "mesh_sizes",
     "route_throughput_compute_dtype",

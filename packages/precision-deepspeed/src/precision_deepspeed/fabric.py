@@ -59,12 +59,17 @@ class FabricDeepSpeedPrecisionImpl(DeepSpeedPrecisionImpl):
         passes the engine or DeepSpeed's own optimizer (Lightning 2.6 passes the ZeRO optimizer): a skipped step is
         ``engine.was_step_applied()`` false for the one, the optimizer's overflow flag for the other.
 
+        Warns ([`PrecisionPluginWarning`][precision_base.PrecisionPluginWarning], rank 0, once per optimizer), as the
+        Trainer class: before the first step, a hyperparameter that is 0 in the dtype of the parameters DeepSpeed
+        steps (see [`precision_deepspeed.steps`][]).
+
         Raises:
             precision_deepspeed.errors.DeepSpeedPrecisionError: (fp16) a step overflowed again at the lowest loss
                 scale; DeepSpeed's message first, then what to do (the Trainer class's message).
             precision_deepspeed.errors.DeepSpeedOverflowStormError: ``max_skipped_steps`` steps in a row were
                 skipped (a [`precision_base.OverflowStormError`][]).
         """
+        self._check_numerics(optimizer)
         result = self._step_checked(lambda: optimizer.step(**kwargs))
         if hasattr(optimizer, "was_step_applied"):  # the engine
             self._count_skipped_step(optimizer)

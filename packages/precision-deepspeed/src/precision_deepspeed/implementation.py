@@ -22,6 +22,7 @@ from precision_base import DtypeTable
 from precision_base.casting import cast_floating
 from precision_base.doors import check_caller
 from precision_base.keep_fp32 import KeepSpec
+from precision_base.numerics import UnderflowCheck
 from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowWatch
 from precision_base.plugin_support import precision_dtype
 from precision_base.spec import PRECISIONS
@@ -116,6 +117,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         self._configured_clip: Optional[float] = None
         self._fitting = True
         self._warned: set[str] = set()
+        self._underflow = UnderflowCheck()  # the numerics warning, once per optimizer DeepSpeed steps
 
     # -- the DeepSpeed config ---------------------------------------------------------------------------
     def precision_section(self) -> dict[str, Any]:

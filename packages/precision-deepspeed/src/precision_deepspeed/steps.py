@@ -8,6 +8,14 @@ Fabric), and record
 every optimizer step in the shared ``max_skipped_steps`` watch ([`precision_base.overflow.OverflowWatch`][]):
 skipped when ``engine.was_step_applied()`` is false, or DeepSpeed's own optimizer flagged an overflow (what Fabric
 steps).
+
+Before the first step of each optimizer, at both doors and with any DeepSpeed strategy, the numerics check
+([`precision_base.numerics`][]) reads the optimizer DeepSpeed really steps (`stepped_optimizer`): under DeepSpeed's
+fp16/bf16 modes and ZeRO that is the torch optimizer over float32 master partitions, so Adam's ``eps=1e-8`` is fine
+there and only a value that is 0 in float32 is warned about. ZeRO-3 fills that optimizer's groups only while it
+steps: they are checked from its step pre-hook (``torch.optim.Optimizer.register_step_pre_hook``). Not at
+``connect``: Lightning connects the plugin before ``deepspeed.initialize`` makes the master copy, so the optimizer
+seen there holds the module's fp16/bf16 parameters, which DeepSpeed does not step.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from torch.optim import LBFGS, Optimizer
 from typing_extensions import override
 
 from precision_base import PrecisionPlugin
+from precision_base.numerics import UnderflowCheck
 from precision_base.overflow import OverflowWatch
 from precision_deepspeed import _compat
 from precision_deepspeed.config import HALF_PRECISIONS, LossScaling
@@ -53,6 +62,7 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
     _overflow: OverflowWatch
     _configured_clip: Optional[float]
     _warned: set[str]
+    _underflow: UnderflowCheck
 
     @override
     def backward(  # type: ignore[override]
@@ -108,9 +118,20 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
                 "(self.automatic_optimization = False)."
             )
         engine = self._engine(model)
+        self._check_numerics(engine)
         result = self._step_checked(lambda: engine.step(**kwargs))
         self._count_skipped_step(engine)
         return result
+
+    def _check_numerics(self, engine_or_optimizer: Any) -> None:
+        """Before a step: the numerics warning ([`precision_base.numerics.UnderflowCheck`][], rank 0) for the
+        optimizer DeepSpeed steps (`stepped_optimizer`), each parameter group once. ZeRO-3 fills that optimizer's
+        groups only inside its step (one sub-group at a time): those are checked from its step pre-hook."""
+        self._underflow((stepped_optimizer(engine_or_optimizer),), self.spec, self._rank_zero_warn, in_step=True)
+
+    def _rank_zero_warn(self, message: str, category: type[Warning]) -> None:
+        """Lightning's ``rank_zero_warn`` of the plugin's namespace, looked up only when there is something to say."""
+        self.lightning.utilities.rank_zero_warn(message, category=category)
 
     def _step_checked(self, step: Callable[[], Any]) -> Any:
         """``step()`` (the engine's or its optimizer's) under ``torch.no_grad()`` (as torch's optimizers step;
@@ -196,4 +217,18 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
             self.lightning.utilities.rank_zero_warn(message)
 
 
-__all__ = ["DeepSpeedStepsImpl"]
+def stepped_optimizer(engine_or_optimizer: Any) -> Any:
+    """The torch optimizer whose parameter groups a DeepSpeed step updates, given the engine or DeepSpeed's optimizer.
+
+    The engine's ``optimizer`` is DeepSpeed's wrapper under fp16, bf16 and ZeRO (its own ``optimizer`` is the torch
+    optimizer, whose groups hold the float32 master partitions) or the torch optimizer itself (``32-true`` without
+    ZeRO); anything else is returned as it is.
+    """
+    optimizer = getattr(engine_or_optimizer, "optimizer", None)
+    if optimizer is None or not hasattr(optimizer, "param_groups"):
+        optimizer = engine_or_optimizer
+    inner = getattr(optimizer, "optimizer", None)
+    return inner if inner is not None and hasattr(inner, "param_groups") else optimizer
+
+
+__all__ = ["DeepSpeedStepsImpl", "stepped_optimizer"]

@@ -61,9 +61,13 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Fabric's ``setup_module`` calls this with the whole model before the strategy shards it (the Trainer
         calls it after): so `prepare_for_sharding` runs here on a model not sharded yet (``fp8-*`` converts
-        its Linear layers, ``keep_fp32`` names are matched), then as the Trainer class."""
+        its Linear layers, ``keep_fp32`` names are matched), then as the Trainer class.
+
+        Warns (``*-true``, once), as the Trainer class does at ``connect``: Lightning's "FSDP with `16-true` enables
+        computation in lower precision", whichever strategy or ``parallelize_fn`` shards the model."""
         if fsdp_version_of(module) is None:
             self.prepare_for_sharding(module)
+        self._warn_true_precision()
         return super().convert_module(module)
 
     @override
@@ -91,9 +95,14 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
         watched by ``max_skipped_steps``; with ``check_finite_grads``, a step with inf/NaN gradients on any rank is
         skipped on every rank.
 
+        Warns ([`PrecisionPluginWarning`][precision_base.PrecisionPluginWarning], rank 0, once per optimizer: Fabric
+        has no ``connect``): at an optimizer's first step, a hyperparameter that is 0 in the dtype of its parameters
+        (Adam's ``eps=1e-8`` under ``16-true``; see [`precision_base.numerics`][]).
+
         Raises:
             precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
+        self._underflow((optimizer,), self.spec, self._rank_zero_warn)
         fabric_step = super(FSDPPrecisionImpl, self).optimizer_step  # Fabric's signature, not the Trainer's
         return self._steps.fabric_step(lambda: fabric_step(optimizer, **kwargs), optimizer, self.scaler, self.spec)
 

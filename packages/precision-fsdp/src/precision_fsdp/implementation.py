@@ -21,7 +21,7 @@ from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_base.doors import check_caller
 from precision_base.extra import ExtraPrecisionFeature
-from precision_base.numerics import warn_underflowing_hyperparameters
+from precision_base.numerics import UnderflowCheck
 from precision_fsdp import _compat
 from precision_fsdp.checkpoints import CheckpointMixin
 from precision_fsdp.clipping import clip_error_class, clip_grad_norm
@@ -164,6 +164,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         self._fsdp1_root: Optional[torch.nn.Module] = None
         self._whole_model: Optional[torch.nn.Module] = None  # set by FSDP2Strategy while configure_model runs
         self._warned_true = False
+        self._underflow = UnderflowCheck()  # the numerics warning, once per optimizer (connect and every step)
         self._set_scaler(scaler, user=scaler is not None)
         if scaler is None and canonical == "16-mixed":
             # a ShardedGradScaler from construction on, as Lightning's; it holds the settings and any loaded state
@@ -248,10 +249,11 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
     def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:
         """Learn the device, the FSDP version and (FSDP1) the root module from the model, then ready the scaler.
 
-        Warns ([`PrecisionPluginWarning`][precision_base.PrecisionPluginWarning], rank 0): an optimizer hyperparameter
-            is 0 in the
-        dtype of its parameters (Adam's ``eps=1e-8`` under ``16-true``); the message names the parameter group and
-        a value that works (see [`precision_base.numerics`][]).
+        Warns (rank 0, once per run): an optimizer hyperparameter is 0 in the dtype of its parameters (Adam's
+        ``eps=1e-8`` under ``16-true``), a [`PrecisionPluginWarning`][precision_base.PrecisionPluginWarning] naming
+        the parameter group and a value that works (see [`precision_base.numerics`][]; an optimizer not seen here is
+        checked at its first step: `optimizer_step`); ``*-true``: Lightning's "FSDP with `16-true` enables
+        computation in lower precision", whichever strategy sharded the model.
         """
         version = fsdp_version_of(model)
         if version is not None:
@@ -262,8 +264,14 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         self._fsdp1_root = fsdp1_root(model)
         result = super().connect(model, optimizers, lr_schedulers)
         self._ready_scaler()
-        warn_underflowing_hyperparameters(optimizers or (), self.spec, self.lightning.utilities.rank_zero_warn)
+        self._warn_true_precision()
+        self._underflow(optimizers or (), self.spec, self._rank_zero_warn)
         return result
+
+    def _rank_zero_warn(self, message: str, category: type[Warning]) -> None:
+        """Lightning's ``rank_zero_warn`` of the plugin's namespace, looked up only when there is something to say
+        (``self.lightning`` costs microseconds: the step path passes this method instead)."""
+        self.lightning.utilities.rank_zero_warn(message, category=category)
 
     def _ready_scaler(self) -> None:
         ready = ready_scaler(
@@ -363,9 +371,12 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         watched: see ``max_skipped_steps``. With ``check_finite_grads``, a step with inf/NaN gradients on any rank
         is skipped on every rank: the gradients are dropped before the hooks, clipping and the optimizer run.
 
+        Warns: the first step of an optimizer that `connect` did not see gets its numerics check (see `connect`).
+
         Raises:
             precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
+        self._underflow((optimizer,), self.spec, self._rank_zero_warn)
         lightning_step = super().optimizer_step
         return self._steps.trainer_step(
             lambda checked: lightning_step(optimizer, model, checked, **kwargs),

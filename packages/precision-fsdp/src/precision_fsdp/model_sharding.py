@@ -185,14 +185,23 @@ class ModelShardingMixin(PrecisionPlugin):
     def _convert_with_kept(self, module: torch.nn.Module) -> torch.nn.Module:
         """``convert_module`` with ``keep_fp32``: hooks on every kept module, the rest cast to the storage dtype.
 
+        Under ``*-true`` and ``32-true``, FSDP2 units sharded without the plugin (torch's own ``fully_shard`` in a
+        ``configure_model``) hold sharded parameters in the dtype they had (float32): each unit that holds no kept
+        parameter is cast as a whole (``unit.to(dtype=...)``, which re-registers its shards), as ``convert_module``
+        casts a model without kept modules. A module that a default rule would keep but that was sharded inside
+        another unit (warned about) computes as that unit does, so it is cast with it.
+
         Raises:
             KeepFP32Error: the model is FSDP2-sharded but a kept module with parameters was sharded inside another
                 unit (it was not reached by
                 [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] before its parent), so it
-                cannot have its own policy.
+                cannot have its own policy; or (``*-true``) an FSDP2 unit sharded without the plugin holds a kept
+                module and its own parameters in another dtype than the precision's: torch's public API casts a unit
+                only with everything inside it, the kept module included.
         """
         found = self._keep.kept(module)
         sharded = fsdp_version_of(module) == 2
+        kept_modules: list[torch.nn.Module] = []
         for name, kept, entry in found:
             has_params = any(True for _ in kept.parameters())
             if sharded and has_params and not is_kept(kept) and self._keep.is_default(entry):
@@ -208,8 +217,64 @@ class ModelShardingMixin(PrecisionPlugin):
                     "strategy='auto' (FSDP2Strategy)."
                 )
             self._keep_in_fp32(kept, entry)
-        cast_except_kept_(module, self._plan.storage, [m for _, m, _ in found])
+            kept_modules.append(kept)
+        if sharded and not self._plan.mixed:
+            self._cast_units(module, kept_modules)
+        cast_except_kept_(module, self._plan.storage, kept_modules)
         return module
+
+    def _cast_units(self, root: torch.nn.Module, kept: list[torch.nn.Module]) -> None:
+        """Cast the sharded parameters of ``root``'s FSDP2 units to the storage dtype: each outermost unit that holds
+        no kept parameter with ``unit.to(dtype=...)`` (FSDP2's ``_apply`` re-registers the shards); inside a unit that
+        holds kept parameters, its nested units the same way.
+
+        Raises:
+            KeepFP32Error: a unit holding a kept module has its own floating parameters (not a nested unit's, not
+                kept) in another dtype.
+        """
+        target = self._plan.storage
+        kept_params = {id(p) for m in kept for p in m.parameters()}
+
+        def visit(name: str, sub: torch.nn.Module) -> None:
+            if isinstance(sub, _compat.FSDPModule):
+                params = list(sub.parameters())
+                if not any(id(p) in kept_params for p in params):
+                    if any(p.is_floating_point() and p.dtype != target for p in params):
+                        sub.to(dtype=target)
+                    return
+                self._check_mixed_unit(name, sub, kept_params)
+            for child_name, child in sub.named_children():
+                visit(f"{name}.{child_name}" if name else child_name, child)
+
+        visit("", root)
+
+    def _check_mixed_unit(self, name: str, unit: torch.nn.Module, kept_params: set[int]) -> None:
+        """Refuse a unit holding kept parameters whose own parameters are not in the storage dtype (see
+        `_cast_units`)."""
+        target = self._plan.storage
+        nested = {
+            id(p) for m in unit.modules() if m is not unit and isinstance(m, _compat.FSDPModule) for p in m.parameters()
+        }
+        own = [
+            param_name
+            for param_name, p in unit.named_parameters()
+            if id(p) not in nested and id(p) not in kept_params and p.is_floating_point() and p.dtype != target
+        ]
+        if not own:
+            return
+        plugin, model, where = _sharding_calls(self)
+        low = dtype_name(target)
+        dtype = dtype_name(dict(unit.named_parameters())[own[0]].dtype)
+        shown = ", ".join(own[:3]) + (f" and {len(own) - 3} more" if len(own) > 3 else "")
+        unit_named = f"FSDP2 unit {name!r}" if name else "the FSDP2 unit of the whole model"
+        raise KeepFP32Error(
+            f"{self.spec}: {unit_named} was sharded without the plugin, so its "
+            f"parameters ({shown}) are still {dtype}, and it holds a module kept in float32: casting the unit to "
+            f"{low} would cast the kept module too, so as sharded the run cannot be {self.precision}. Shard it "
+            f"through {plugin}.fully_shard(...) (it casts before sharding and gives each kept module its own float32 "
+            f"unit) after {plugin}.mark_keep_fp32({model}) in {where}, or leave sharding to strategy='auto' "
+            "(FSDP2Strategy)."
+        )
 
     def _check_default_kept(self, module: torch.nn.Module) -> None:
         """``*-mixed``: warn about each module a default rule keeps that FSDP2 sharded without the plugin."""

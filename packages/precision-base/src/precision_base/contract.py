@@ -319,8 +319,15 @@ class PrecisionPlugin:
         """Tell the plugin which device type compute runs on (autocast is enabled for it).
 
         Plugins learn this themselves when Lightning connects them to a model; tests and custom loops call it.
+
+        Warns (once per plugin, rank 0): a float16 precision set to compute on a CPU that only emulates float16
+        ([`precision_base.cpu_half`][]), naming the precision to use there instead.
         """
         self._device_type = device if isinstance(device, str) else device.type
+        if self._device_type == "cpu":
+            from precision_base.cpu_half import warn_once_on_cpu
+
+            warn_once_on_cpu(self)
 
     @property
     def device_type(self) -> str:

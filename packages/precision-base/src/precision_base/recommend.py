@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from precision_base.cpu_half import CPU_FP16_EMULATED
 from precision_base.spec import PRECISIONS
 
 PREFERRED_BACKENDS: tuple[str, ...] = ("fsdp", "deepspeed")
@@ -177,7 +178,7 @@ def _cannot_run(facts: MachineFacts, precision: str) -> Optional[str]:
     if "bf16" in precision and gpu is not None and gpu < BF16_CAPABILITY:
         return "needs bfloat16, which compute capability {}.{} lacks (8.0+)".format(*gpu)
     if precision.startswith("16-") and gpu is None and not facts.cpu_fp16:
-        return "this CPU has no native float16 (AMX-FP16): torch emulates it, slower than float32"
+        return CPU_FP16_EMULATED
     return None
 
 

@@ -47,6 +47,17 @@ class DeepSpeedOverflowStormError(OverflowStormError, DeepSpeedPrecisionError):
     """
 
 
+def setup_alone_error(stage: int) -> str:
+    """The refusal of ``fabric.setup(model)`` without an optimizer under ZeRO ``stage`` 1 or 2 (DeepSpeed builds those
+    stages' engine around the optimizer, and stops with "zero stage 2 requires an optimizer" otherwise)."""
+    return (
+        f"DeepSpeed ZeRO stage {stage} builds its engine around the model and its optimizer together, so a model set "
+        "up alone cannot train (DeepSpeed would stop with 'zero stage "
+        f"{stage} requires an optimizer'). Call fabric.setup(model, optimizer) instead of fabric.setup(model) then "
+        "fabric.setup_optimizers(optimizer); a model for inference only can be set up alone under stage 0 or 3."
+    )
+
+
 _E = TypeVar("_E", bound=DeepSpeedPrecisionError)
 _classes: dict[tuple[type, str], type] = {}
 _lock = threading.Lock()
@@ -132,4 +143,5 @@ __all__ = [
     "cpu_fp16_refusal",
     "error_class",
     "min_loss_scale_error",
+    "setup_alone_error",
 ]

@@ -31,6 +31,7 @@ from typing_extensions import override
 
 from precision_base.fabric import bind_device_from_inputs
 from precision_deepspeed import _compat
+from precision_deepspeed.errors import DeepSpeedPrecisionError, error_class, setup_alone_error
 from precision_deepspeed.implementation import DeepSpeedPrecisionImpl
 from precision_deepspeed.strategy import DeepSpeedCPUStrategyImpl
 
@@ -99,6 +100,20 @@ class FabricDeepSpeedCPUStrategyImpl(DeepSpeedCPUStrategyImpl, _compat.FabricStr
     def lightning_module(self) -> None:
         """Fabric has no LightningModule (and no Trainer ``gradient_clip_val``); `write_plugin_config` asks."""
         return None
+
+    @override
+    def setup_module(self, module: torch.nn.Module) -> Any:
+        """Lightning's setup of a model alone (for inference), refused up front under ZeRO stage 1 or 2, where
+        DeepSpeed cannot build an engine without the optimizer.
+
+        Raises:
+            precision_deepspeed.errors.DeepSpeedPrecisionError: (also Fabric's ``MisconfigurationException``) the
+                stage needs the optimizer: [`setup_alone_error`][precision_deepspeed.errors.setup_alone_error].
+        """
+        stage = ((self.config or {}).get("zero_optimization") or {}).get("stage", 0)
+        if stage in (1, 2):
+            raise error_class(DeepSpeedPrecisionError, "lightning.fabric")(setup_alone_error(stage))
+        return super().setup_module(module)  # type: ignore[misc]
 
 
 class DeepSpeedCPUStrategy(FabricDeepSpeedCPUStrategyImpl, _FabricDeepSpeedStrategy):

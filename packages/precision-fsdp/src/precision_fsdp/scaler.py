@@ -69,12 +69,12 @@ SCALER_METHODS: tuple[str, ...] = ("scale", "unscale_", "step", "update")
 
 def check_scaler(precision: str, scaler: Any) -> None:
     """Refuse a user's scaler (given to ``__init__`` or assigned to ``plugin.scaler``) that cannot work: one for a
-    precision that does not scale the loss, or one without the methods Lightning calls (:data:`SCALER_METHODS`).
-    ``None`` is always accepted.
+    precision that does not scale the loss, or one without the methods Lightning calls
+    ([`SCALER_METHODS`][precision_fsdp.scaler.SCALER_METHODS]). ``None`` is always accepted.
 
     Raises:
         ValueError: ``precision`` is not ``16-mixed`` (Lightning's message first, verbatim).
-        TypeError: ``scaler`` lacks one of :data:`SCALER_METHODS`.
+        TypeError: ``scaler`` lacks one of [`SCALER_METHODS`][precision_fsdp.scaler.SCALER_METHODS].
     """
     if scaler is None:
         return
@@ -121,7 +121,7 @@ def provisional_device() -> str:
 
 def check_user_scaler(scaler: Any, version: FSDPVersion, device_type: str) -> None:
     """Refuse a user's ``GradScaler`` that cannot work where the plugin was connected (a scaler of another class is
-    used as given: only :data:`SCALER_METHODS` are called on it).
+    used as given: only [`SCALER_METHODS`][precision_fsdp.scaler.SCALER_METHODS] are called on it).
 
     Raises:
         ValueError: the scaler was made for another device type, or a plain ``GradScaler`` is used under FSDP1

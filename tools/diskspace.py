@@ -141,9 +141,12 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def _short(need: int, places: Sequence[Path], usage: Callable[[Path], Usage]) -> tuple[int, int, Path] | None:
-    """Every distinct filesystem among ``places`` must have ``need`` free (one figure per filesystem, so the venv
-    and a cache on the same disk are not counted twice)."""
+def shortage(
+    need: int, places: Sequence[Path], usage: Callable[[Path], Usage] = disk_usage
+) -> tuple[int, int, Path] | None:
+    """``(need, free, where)`` for the first filesystem among ``places`` (the session's venv folder, then the caches;
+    they may not exist yet: the nearest existing parent is read) short of ``need``, ``None`` when there is room. One
+    figure per filesystem, so the venv and a cache on the same disk are not counted twice."""
     seen: set[int] = set()
     for place in map(_existing, places):
         device = place.stat().st_dev
@@ -153,13 +156,6 @@ def _short(need: int, places: Sequence[Path], usage: Callable[[Path], Usage]) ->
             if free < need:
                 return need, free, place
     return None
-
-
-def shortage(need: int, places: Sequence[Path], usage: Callable[[Path], Usage] = disk_usage) -> tuple[int, int] | None:
-    """``(need, free)`` for the first filesystem among ``places`` (the session's venv folder, then pip's cache;
-    they may not exist yet: the nearest existing parent is read) short of ``need``; ``None`` when there is room."""
-    short = _short(need, places, usage)
-    return None if short is None else short[:2]
 
 
 def fmt(size: int) -> str:
@@ -189,7 +185,7 @@ def check(
     usage: Callable[[Path], Usage] = disk_usage,
 ) -> str | None:
     """``None`` when every filesystem the session writes to has ``need`` free, else the line to stop it with."""
-    short = _short(need, places, usage)
+    short = shortage(need, places, usage)
     if short is None:
         return None
     return guard_message(session, short[0], short[1], short[2], removable(root, env))

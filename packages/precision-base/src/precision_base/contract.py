@@ -334,6 +334,11 @@ class PrecisionPlugin:
         """The device type ``forward_context`` enables autocast for (``"cpu"`` until told otherwise)."""
         return getattr(self, "_device_type", "cpu")
 
+    def _rank_zero_warn(self, message: str, category: type[Warning]) -> None:
+        """Lightning's ``rank_zero_warn`` of the plugin's namespace, looked up only when there is something to say
+        (``self.lightning`` costs microseconds: step paths pass this method instead)."""
+        self.lightning.utilities.rank_zero_warn(message, category=category)
+
     def connect(self, model: Any, optimizers: Any, lr_schedulers: Any) -> Any:
         """Lightning's hook when the strategy hands over the model: remember its device type, then defer.
 

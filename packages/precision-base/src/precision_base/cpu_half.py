@@ -51,4 +51,4 @@ def warn_once_on_cpu(plugin: Any) -> None:
     from precision_base.errors import PrecisionPluginWarning
 
     spec = getattr(plugin, "spec", None) or getattr(plugin, "precision", "")
-    plugin.lightning.utilities.rank_zero_warn(f"{spec}: {message}", category=PrecisionPluginWarning)
+    plugin._rank_zero_warn(f"{spec}: {message}", category=PrecisionPluginWarning)

@@ -129,10 +129,6 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
         groups only inside its step (one sub-group at a time): those are checked from its step pre-hook."""
         self._underflow((stepped_optimizer(engine_or_optimizer),), self.spec, self._rank_zero_warn, in_step=True)
 
-    def _rank_zero_warn(self, message: str, category: type[Warning]) -> None:
-        """Lightning's ``rank_zero_warn`` of the plugin's namespace, looked up only when there is something to say."""
-        self.lightning.utilities.rank_zero_warn(message, category=category)
-
     def _step_checked(self, step: Callable[[], Any]) -> Any:
         """``step()`` (the engine's or its optimizer's) under ``torch.no_grad()`` (as torch's optimizers step;
         without it, DeepSpeed 0.18's ZeRO-2 step fails on gloo with torch 2.13+: "Output 0 of Split is a view and is

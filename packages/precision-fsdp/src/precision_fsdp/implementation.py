@@ -268,11 +268,6 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         self._underflow(optimizers or (), self.spec, self._rank_zero_warn)
         return result
 
-    def _rank_zero_warn(self, message: str, category: type[Warning]) -> None:
-        """Lightning's ``rank_zero_warn`` of the plugin's namespace, looked up only when there is something to say
-        (``self.lightning`` costs microseconds: the step path passes this method instead)."""
-        self.lightning.utilities.rank_zero_warn(message, category=category)
-
     def _ready_scaler(self) -> None:
         ready = ready_scaler(
             self.scaler, self._user_scaler, self._fsdp_version or 2, self.device_type, self._scaler_options

@@ -24,6 +24,14 @@ SCALER_OPTIONS: tuple[str, ...] = ("init_scale", "growth_factor", "backoff_facto
 """Names of the scaler settings the plugin accepts as keyword options (``resolve("fsdp:16-mixed", init_scale=...)``)."""
 
 
+def no_scaler_message(precision: str, scaler: Any, remedy: str) -> str:
+    """Lightning's message for a scaler on a precision that does not scale the loss, verbatim, then ours."""
+    return (
+        f"`precision={precision!r}` does not use a scaler, found {scaler}. Only '16-mixed' scales the loss; "
+        f"{remedy}, or use precision='16-mixed'."
+    )
+
+
 def check_scaler_options(precision: str, scaler: Any, options: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a user scaler and scaler options for ``precision``; return the options to build a scaler with.
 
@@ -35,10 +43,7 @@ def check_scaler_options(precision: str, scaler: Any, options: Mapping[str, Any]
     given = {k: v for k, v in options.items() if v is not None}
     if precision != "16-mixed":
         if scaler is not None:
-            raise ValueError(  # Lightning's message first, verbatim
-                f"`precision={precision!r}` does not use a scaler, found {scaler}. Only '16-mixed' scales the loss; "
-                "remove scaler=, or use precision='16-mixed'."
-            )
+            raise ValueError(no_scaler_message(precision, scaler, "remove scaler="))
         if given:
             raise ValueError(
                 f"scaler options {sorted(given)} only apply to precision='16-mixed', not {precision!r}; remove them."
@@ -79,10 +84,7 @@ def check_scaler(precision: str, scaler: Any) -> None:
     if scaler is None:
         return
     if precision != "16-mixed":
-        raise ValueError(
-            f"`precision={precision!r}` does not use a scaler, found {scaler}. Only '16-mixed' scales the loss; "
-            "remove the scaler, or use precision='16-mixed'."
-        )
+        raise ValueError(no_scaler_message(precision, scaler, "remove the scaler"))
     missing = [name for name in SCALER_METHODS if not callable(getattr(scaler, name, None))]
     if missing:
         raise TypeError(

@@ -24,7 +24,7 @@ from precision_base.extra import ExtraPrecisionFeature
 from precision_fsdp import _compat
 from precision_fsdp.keep_fp32 import KeepFP32, KeepFP32Error, cast_except_kept_, install_fp32_forward, is_kept
 from precision_fsdp.policy import DtypePlan, dtype_name
-from precision_fsdp.sharding import FSDPVersion, fsdp_version_of
+from precision_fsdp.sharding import NESTED_UNIT_MARK, FSDPVersion, fsdp_version_of, is_nested_unit, nested_units
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -79,8 +79,10 @@ class ModelShardingMixin(PrecisionPlugin):
 
     @property
     def mixed_precision_policy(self) -> _compat.MixedPrecisionPolicy:
-        """FSDP2's ``MixedPrecisionPolicy``: ``param_dtype`` = compute dtype, ``reduce_dtype`` = reduce dtype,
-        forward inputs cast to ``param_dtype``, outputs left in it."""
+        """FSDP2's ``MixedPrecisionPolicy`` of an outermost unit: ``param_dtype`` = compute dtype, ``reduce_dtype`` =
+        reduce dtype, forward inputs cast to ``param_dtype``, outputs left in it. Under ``*-mixed``, a unit that
+        [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] later finds inside another
+        stops casting its inputs ([`DtypePlan.fsdp2_policy`][precision_fsdp.policy.DtypePlan.fsdp2_policy])."""
         return self._plan.fsdp2_policy()
 
     def fully_shard(self, module: torch.nn.Module, mesh: Optional[DeviceMesh] = None, **kwargs: Any) -> Any:
@@ -133,7 +135,24 @@ class ModelShardingMixin(PrecisionPlugin):
                 if kept is module:
                     return module
         cast_unsharded_(module, self._plan.storage)
-        return _compat.fully_shard(module, mesh=mesh, mp_policy=self.mixed_precision_policy, **kwargs)
+        sharded = _compat.fully_shard(module, mesh=mesh, mp_policy=self.mixed_precision_policy, **kwargs)
+        self._stop_nested_input_casts(module)
+        return sharded
+
+    def _stop_nested_input_casts(self, unit: torch.nn.Module) -> None:
+        """The plugin's units that now run inside ``unit``'s forward
+        ([`nested_units`][precision_fsdp.sharding.nested_units]) are marked nested and, under ``*-mixed``, stop
+        casting their forward inputs ([`DtypePlan.fsdp2_policy`][precision_fsdp.policy.DtypePlan.fsdp2_policy]).
+        Units sharded with another policy (``keep_fp32``'s float32 units, a user's own ``fully_shard``) are left as
+        they are."""
+        ours = self._plan.fsdp2_policy()
+        for inner in nested_units(unit):
+            if is_kept(inner) or is_nested_unit(inner) or _compat.fsdp2_policy(inner) != ours:
+                continue
+            setattr(inner, NESTED_UNIT_MARK, True)
+            cast = self._plan.fsdp2_policy(nested=True).cast_forward_inputs
+            if cast != ours.cast_forward_inputs:
+                _compat.set_forward_input_cast(inner, cast)
 
     def _kept_modules(self, root: torch.nn.Module) -> Iterator[torch.nn.Module]:
         """The ``keep_fp32`` modules of ``root`` (lazily: walked only when a feature asks; keep_fp32 wins over fp8)."""

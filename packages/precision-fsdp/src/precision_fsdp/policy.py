@@ -124,6 +124,13 @@ class DtypePlan:
                 f"sharded parameters stay {dtype_name(self.storage)}; FSDP all-gathers them as "
                 f"{dtype_name(self.compute)} for forward/backward, and autocast runs on the strategy's device"
             )
+        if self.mixed:
+            outer = "the root" if version == 1 else "the outermost units (each FSDP2 root)"
+            notes.append(
+                f"forward inputs: {outer} cast floating inputs to {dtype_name(self.compute)}; units inside another "
+                "unit take theirs as given, so float32 tensors a model passes to its blocks (rotary cos/sin tables) "
+                "stay float32"
+            )
         if self.reduce != self.compute:
             kept = "" if self.reduce == self.storage else f", then stored as {dtype_name(self.storage)}"
             notes.append(f"gradients are reduce-scattered in {dtype_name(self.reduce)}{kept}")
@@ -163,7 +170,15 @@ class DtypePlan:
         compute. Other fields keep torch's defaults (root inputs are cast to ``param_dtype``)."""
         return MixedPrecision(param_dtype=self.compute, reduce_dtype=self.reduce, buffer_dtype=self.buffers(1))
 
-    def fsdp2_policy(self) -> MixedPrecisionPolicy:
+    def fsdp2_policy(self, *, nested: bool = False) -> MixedPrecisionPolicy:
         """FSDP2's ``MixedPrecisionPolicy``: ``param_dtype`` = compute, ``reduce_dtype`` = reduce, outputs left in
-        the compute dtype, and floating forward inputs cast to ``param_dtype``."""
-        return MixedPrecisionPolicy(param_dtype=self.compute, reduce_dtype=self.reduce, cast_forward_inputs=True)
+        the compute dtype, and floating forward inputs cast to ``param_dtype``, except, under ``*-mixed``, by a
+        ``nested`` unit (one that runs inside another unit's forward).
+
+        Under ``*-mixed`` only the outermost units cast the model's inputs, as FSDP1's ``MixedPrecision`` casts
+        only the root's: autocast computes in the low dtype inside, and what a unit passes to the units inside it
+        (a decoder's float32 rotary cos/sin tables) arrives in the dtype it was made in, as under Lightning's
+        built-in plugins. Under ``*-true`` every unit casts (the whole model computes in the low dtype, without
+        autocast)."""
+        cast = not (nested and self.mixed)
+        return MixedPrecisionPolicy(param_dtype=self.compute, reduce_dtype=self.reduce, cast_forward_inputs=cast)

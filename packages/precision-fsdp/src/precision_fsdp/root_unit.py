@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from precision_fsdp._compat import FSDPModule
-from precision_fsdp.sharding import class_name
+from precision_fsdp.sharding import class_name, is_lightning_module
 
 #: The LightningModule methods Lightning calls instead of ``forward`` (the step methods).
 STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
@@ -28,13 +28,6 @@ def _defined_by_user(cls: type, name: str) -> bool:
     """Whether ``cls``'s ``name`` comes from a class outside Lightning and torch (the user's own code)."""
     owner = _first_definer(cls, name)
     return owner is not None and not owner.__module__.startswith(("lightning.", "pytorch_lightning.", "torch."))
-
-
-def _is_lightning_module(module: torch.nn.Module) -> bool:
-    return any(
-        c.__name__ == "LightningModule" and c.__module__.startswith(("lightning.", "pytorch_lightning."))
-        for c in type(module).__mro__
-    )
 
 
 def root_held_parameters(module: torch.nn.Module) -> list[str]:
@@ -65,7 +58,7 @@ def gather_root_in_steps(module: torch.nn.Module) -> Optional[str]:
         LightningModule that is an FSDP2 unit holding parameters of its own, or it defines ``forward`` (its steps
         then gather them by calling ``self(...)``).
     """
-    if not _is_lightning_module(module) or getattr(module, _STEPS_GATHER_MARK, False):
+    if not is_lightning_module(module) or getattr(module, _STEPS_GATHER_MARK, False):
         return None
     if _defined_by_user(type(module), "forward"):
         return None

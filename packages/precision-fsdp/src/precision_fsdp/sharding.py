@@ -331,6 +331,45 @@ def count_units(model: torch.nn.Module) -> int:
     return sum(1 for m in model.modules() if isinstance(m, FSDPModule))
 
 
+def is_lightning_module(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a Lightning ``LightningModule`` (``lightning`` or ``pytorch_lightning``)."""
+    return any(
+        c.__name__ == "LightningModule" and c.__module__.startswith(("lightning.", "pytorch_lightning."))
+        for c in type(module).__mro__
+    )
+
+
+def nested_units(unit: torch.nn.Module) -> list[torch.nn.Module]:
+    """The FSDP2 units under ``unit`` (itself a unit, just sharded) that run inside another unit's forward: every
+    unit under it, except, when ``unit`` is a LightningModule, the outermost ones. Lightning never calls the
+    LightningModule itself (it calls ``training_step``, which calls its children), so each outermost unit under it
+    runs as an FSDP2 root of its own."""
+    found: list[torch.nn.Module] = []
+    lightning = is_lightning_module(unit)
+
+    def visit(module: torch.nn.Module, outermost: bool) -> None:
+        for child in module.children():
+            if isinstance(child, FSDPModule):
+                if not (outermost and lightning):
+                    found.append(child)
+                visit(child, False)
+            else:
+                visit(child, outermost)
+
+    visit(unit, True)
+    return found
+
+
+NESTED_UNIT_MARK = "_precision_fsdp_nested_unit"
+"""Set on a unit the plugin found inside another unit (see ``ModelShardingMixin.fully_shard``), so that a precision
+switch gives it the nested policy again ([`precision_fsdp.policy.DtypePlan.fsdp2_policy`][])."""
+
+
+def is_nested_unit(module: torch.nn.Module) -> bool:
+    """Whether the plugin marked ``module`` as a unit that runs inside another unit's forward."""
+    return bool(getattr(module, NESTED_UNIT_MARK, False))
+
+
 def class_name(module: torch.nn.Module) -> str:
     """The module's own class name, also once ``fully_shard`` swapped its class for ``FSDP<name>``."""
     cls: type = type(module)

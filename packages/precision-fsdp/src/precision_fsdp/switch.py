@@ -30,6 +30,7 @@ import torch
 from precision_base.keep_fp32 import is_kept
 from precision_fsdp import _compat, float8, float8_switch
 from precision_fsdp.policy import DtypePlan, dtype_name
+from precision_fsdp.sharding import is_nested_unit
 
 
 class SwitchingPlugin(Protocol):
@@ -112,15 +113,16 @@ def next_plan(plan: DtypePlan, current: str, precision: str) -> DtypePlan:
     return DtypePlan.for_precision(_base(precision), chosen)
 
 
-def update_policies(model: torch.nn.Module, policy: _compat.MixedPrecisionPolicy) -> int:
-    """Give every FSDP2 unit of ``model`` except the ``keep_fp32`` ones (float32 policies of their own) ``policy``;
-    return how many units changed. Call it between optimizer steps. A model that torchao converted to float8 is
-    first made plain again ([`precision_fsdp.float8_switch.restore_linears`][]; the target is never fp8: switches
-    to fp8 are refused)."""
+def update_policies(model: torch.nn.Module, plan: DtypePlan) -> int:
+    """Give every FSDP2 unit of ``model`` except the ``keep_fp32`` ones (float32 policies of their own) ``plan``'s
+    policy (the nested one to the units the plugin marked nested, see
+    [`DtypePlan.fsdp2_policy`][precision_fsdp.policy.DtypePlan.fsdp2_policy]); return how many units changed.
+    Call it between optimizer steps. A model that torchao converted to float8 is first made plain again
+    ([`precision_fsdp.float8_switch.restore_linears`][]; the target is never fp8: switches to fp8 are refused)."""
     float8_switch.restore_linears(model)
     changed = 0
     for module in model.modules():
         if isinstance(module, _compat.FSDPModule) and not is_kept(module):
-            _compat.set_fsdp2_policy(module, policy)
+            _compat.set_fsdp2_policy(module, plan.fsdp2_policy(nested=is_nested_unit(module)))
             changed += 1
     return changed

@@ -41,7 +41,6 @@ class SwitchMixin(PrecisionPlugin):
 
     def _set_scaler(self, scaler: Any, *, user: bool) -> None: ...  # FSDPPrecisionImpl's
 
-    mixed_precision_policy: Any
     fsdp_version: Any
 
     def precision_switch_problem(
@@ -76,7 +75,7 @@ class SwitchMixin(PrecisionPlugin):
             self._set_scaler(make_scaler(self._fsdp_version or 2, self.device_type, self._scaler_options), user=False)
         self._steps.follow(precision)
         if model is not None:
-            switch.update_policies(model, self.mixed_precision_policy)
+            switch.update_policies(model, self._plan)
 
 
 __all__ = ["SwitchMixin"]

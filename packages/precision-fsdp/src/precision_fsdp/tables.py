@@ -58,6 +58,7 @@ def describe_facts(
             "reduce_dtype": _name(_compat.policy_reduce_dtype(policy)),
             "output_dtype": _name(policy.output_dtype),
             "cast_forward_inputs": policy.cast_forward_inputs,
+            "cast_forward_inputs (units inside another unit)": plan.fsdp2_policy(nested=True).cast_forward_inputs,
         },
     }
     facts.update(feature.describe(plugin))

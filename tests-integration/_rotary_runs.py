@@ -10,12 +10,16 @@ Runs (``args["runs"]``), each for ``args["precision"]``:
 
 * ``fabric-auto``: ``precision_base.Fabric(precision_plugin=..., strategy="auto")``: the default units (the blocks),
   then the model;
+* ``fabric-blocks``: the Fabric ``FSDP2Strategy(auto_wrap_policy={RotaryBlock})``, the loop's own block set;
 * ``fabric-loop``: Lightning's ``ModelParallelStrategy`` with the loop's own ``parallelize_fn``: the plugin's
   ``fully_shard`` on each block, then on the model;
 * ``trainer-auto``: ``precision_base.Trainer(precision_plugin=...)``, the decoder held as ``self.net``;
+* ``trainer-blocks``: the same with ``FSDP2Strategy(auto_wrap_policy={RotaryBlock})``;
 * ``torch-policy``: the loop's own sharding with torch's ``fully_shard`` and a ``MixedPrecisionPolicy`` of the
   same dtypes left at torch's default input cast (every unit casts), under Lightning's ``ModelParallelStrategy``
   and the plugin: what the blocks were handed before.
+
+Each run also returns its losses and how many FSDP2 units the model was sharded into.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import precision_base
-from precision_fsdp import _compat
+from precision_fsdp import FSDP2Strategy, _compat
+from precision_fsdp.fabric import FSDP2Strategy as FabricFSDP2Strategy
+from precision_fsdp.sharding import count_units
 from precision_testsupport.launch import world_size
 from precision_testsupport.models import QUIET
 
@@ -103,7 +109,7 @@ def _loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
 
-def _fabric(run: str, precision: str) -> list[float]:
+def _fabric(run: str, precision: str) -> tuple[list[float], int]:
     world_size()  # Fabric's teardown may have deleted WORLD_SIZE
     spec = f"fsdp:{precision}"
 
@@ -124,6 +130,8 @@ def _fabric(run: str, precision: str) -> list[float]:
 
     if run == "fabric-auto":
         strategy: Any = "auto"
+    elif run == "fabric-blocks":
+        strategy = FabricFSDP2Strategy(auto_wrap_policy={RotaryBlock})
     else:
         sharding = loop_sharding if run == "fabric-loop" else torch_sharding
         strategy = ModelParallelStrategy(sharding, data_parallel_size=2, tensor_parallel_size=1)
@@ -141,7 +149,7 @@ def _fabric(run: str, precision: str) -> list[float]:
         optimizer.step()
         optimizer.zero_grad()
         losses.append(float(loss.detach()))
-    return losses
+    return losses, count_units(model.module)
 
 
 class Holder(LightningModule):
@@ -163,14 +171,15 @@ class Holder(LightningModule):
         return DataLoader(TensorDataset(_tokens(0)), batch_size=BATCH)
 
 
-def _trainer(precision: str) -> list[float]:
+def _trainer(run: str, precision: str) -> tuple[list[float], int]:
     seed_everything(3)
     model = Holder()
+    strategy = FSDP2Strategy(auto_wrap_policy={RotaryBlock}) if run == "trainer-blocks" else "auto"
     trainer = precision_base.Trainer(
-        precision_plugin=f"fsdp:{precision}", accelerator="cpu", devices=2, max_steps=STEPS, **QUIET
+        precision_plugin=f"fsdp:{precision}", strategy=strategy, accelerator="cpu", devices=2, max_steps=STEPS, **QUIET
     )
     trainer.fit(model)
-    return model.losses
+    return model.losses, count_units(model)
 
 
 def runs(args: dict[str, Any]) -> dict[str, Any]:
@@ -178,7 +187,9 @@ def runs(args: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for run in args["runs"]:
         RotaryBlock.seen = []
-        losses = _trainer(args["precision"]) if run == "trainer-auto" else _fabric(run, args["precision"])
+        door = _trainer if run.startswith("trainer") else _fabric
+        losses, units = door(run, args["precision"])
         kinds = sorted({tuple(sorted(seen.items())) for seen in RotaryBlock.seen})
-        out[run] = {"seen": [dict(kind) for kind in kinds], "calls": len(RotaryBlock.seen), "losses": losses}
+        out[run] = {"seen": [dict(kind) for kind in kinds], "calls": len(RotaryBlock.seen), "losses": losses,
+                    "units": units}  # fmt: skip
     return out

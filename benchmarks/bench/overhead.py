@@ -21,6 +21,7 @@ from bench import models, report, runs
 MIXED = ["ours", "ours-lowreduce", "builtin", "amp", "hand", "hand-lowreduce"]
 THREE = ["ours", "builtin", "hand"]
 MIXED_REAL = ["ours", "builtin", "amp", "hand"]  # FSDP *-mixed on the real models
+BLOCKS = "ours-blocks"  # FSDP on the decoder: ours sharded by FSDP2Strategy(auto_wrap_policy={its block class})
 SHOWN = ["ours", "builtin", "amp", "hand"]  # the step-time columns
 VARIANTS = {
     "fsdp": {p: THREE for p in ("32-true", "bf16-true", "16-true")} | {"bf16-mixed": MIXED, "16-mixed": MIXED},
@@ -39,14 +40,16 @@ REAL_PRECISIONS = {
 }
 REAL_TASK = {"llama": {"batch": 8}, "resnet": {"batch": 16}}
 PAIRS = [("ours", "builtin"), ("ours", "hand"), ("ours", "amp"), ("amp", "hand"), ("ours-lowreduce", "builtin"),
-         ("builtin", "hand")]  # fmt: skip
+         ("builtin", "hand"), (BLOCKS, "builtin")]  # fmt: skip
 COLUMNS = {"wall: ours / built-in": ("wall", "ours/builtin"), "wall: ours / hand": ("wall", "ours/hand"),
            "CPU: ours / built-in": ("cpu", "ours/builtin"), "CPU: ours / hand": ("cpu", "ours/hand"),
            "CPU: ours / Lightning AMP": ("cpu", "ours/amp"), "CPU: Lightning AMP / hand": ("cpu", "amp/hand"),
-           "wall: ours reduce=low / built-in": ("wall", "ours-lowreduce/builtin")}  # fmt: skip
+           "wall: ours reduce=low / built-in": ("wall", "ours-lowreduce/builtin"),
+           "wall: ours, FSDP2Strategy block set / built-in": ("wall", f"{BLOCKS}/builtin")}  # fmt: skip
 LABELS = {"ours": "ours", "ours-lowreduce": "ours, reduce in compute dtype", "builtin": "Lightning built-in",
           "amp": "Lightning MixedPrecision (CPU autocast)", "hand": "hand-written loop",
-          "hand-lowreduce": "hand-written, reduce in compute dtype"}  # fmt: skip
+          "hand-lowreduce": "hand-written, reduce in compute dtype",
+          BLOCKS: "ours, FSDP2Strategy(auto_wrap_policy={block class})"}  # fmt: skip
 HEADS = {"ours": "ours ms", "builtin": "built-in ms", "amp": "Lightning AMP ms", "hand": "hand-written ms"}
 
 
@@ -155,6 +158,8 @@ def run(quick: bool, machine: dict[str, Any], out: Path, backend: str, model: st
     else:
         variants = {p: MIXED_REAL if backend == "fsdp" and p.endswith("-mixed") else THREE
                     for p in REAL_PRECISIONS[(backend, model)][: 1 if quick else None]}  # fmt: skip
+        if (backend, model) == ("fsdp", "llama"):  # the same units as configure_model's blocks + model
+            variants = {p: [*vs, BLOCKS] for p, vs in variants.items()}
         task = runs.Task(model=model, **REAL_TASK[model])
     steps = (5, 1) if quick else (40, 5) if model == "mlp" else (30, 3)
     skips = {p: s for p in variants if (s := builtin_skips(backend, p))}
@@ -194,6 +199,11 @@ def run(quick: bool, machine: dict[str, Any], out: Path, backend: str, model: st
            "autocast and a `GradScaler` for `16-mixed`, under a user's fp32-reducing `fully_shard` policy) compares "
            "the same work in the same Lightning loop, and ours / hand-written the same work against plain torch, "
            "without Lightning's per-step loop." if skips else "")
+        + ("\n\nOurs, FSDP2Strategy block set: ours without `configure_model`, under "
+           "`FSDP2Strategy(auto_wrap_policy={<the decoder's block class>})`, which makes exactly those units plus the "
+           "LightningModule (its step methods gather the embeddings, final norm and head), against the built-in "
+           "sharding the same blocks, then the model, in `configure_model`." if any(BLOCKS in vs for vs in
+                                                                                   variants.values()) else "")
         + "\n\n" + report.md_table(["precision", *(HEADS[v] for v in shown_heads), *columns], rows)
         + ("\n\nFits that failed (not run again in later rounds): " + "; ".join(
             f"`{backend}:{k.split('|')[0]}` {LABELS[k.split('|')[1]]}: `{e}`" for k, e in errors.items())

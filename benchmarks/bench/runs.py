@@ -165,7 +165,7 @@ def with_every_rank(record: dict[str, Any]) -> dict[str, Any]:
 def bench_module(net: Any, loss: Any, tick: Any, lr: float, on_step: OnStep = None, shard: Any = None) -> Any:
     """The LightningModule every Lightning variant trains: ``loss(net, batch)``, AdamW, ``tick()`` at every step's
     start and at the end, ``on_step(module, optimizer)`` before each optimizer step, and in ``configure_model``
-    ``shard(module, mesh)`` over ``net.blocks`` then ``net`` (FSDP2). Records ``losses``."""
+    ``shard(module, mesh, is_root)`` over ``net.blocks`` then ``net`` (FSDP2). Records ``losses``."""
     import lightning.pytorch as pl
 
     class Bench(pl.LightningModule):
@@ -175,7 +175,7 @@ def bench_module(net: Any, loss: Any, tick: Any, lr: float, on_step: OnStep = No
 
         def configure_model(self) -> None:
             for module in [*self.net.blocks, self.net] if shard is not None else []:
-                shard(module, self.device_mesh["data_parallel"])  # type: ignore[index]
+                shard(module, self.device_mesh["data_parallel"], module is self.net)  # type: ignore[index]
 
         def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
             tick()
@@ -216,22 +216,30 @@ def _lightning_fit(
 def fsdp(
     variant: str, precision: str, task: Task, steps: int, warmup: int, reduce: str = "", on_step: OnStep = None
 ) -> Any:
-    """FSDP2 fit: ``ours`` / ``builtin`` / ``hand``; ``reduce`` ("fp32", "bf16", "fp16") overrides the reduce dtype."""
+    """FSDP2 fit: ``ours`` / ``builtin`` / ``amp`` / ``hand`` (sharding the blocks, then the model, in
+    ``configure_model`` or by hand) or ``ours-blocks`` (ours under ``FSDP2Strategy(auto_wrap_policy={Block})``, no
+    ``configure_model``); ``reduce`` ("fp32", "bf16", "fp16") overrides the reduce dtype."""
     from lightning.pytorch.strategies import ModelParallelStrategy
 
     if variant == "hand":
         return _fsdp_hand(precision, task, steps, warmup, reduce, on_step)
+    if variant == "ours-blocks":  # no configure_model: FSDP2Strategy shards by the user's block set
+        from precision_fsdp import FSDP2Strategy
+
+        blocks = FSDP2Strategy(auto_wrap_policy={type(block) for block in task.net().blocks})
+        trainer, _shard, kw = fsdp2_variant("ours", precision, **({"reduce_dtype": reduce} if reduce else {}))
+        return _lightning_fit(trainer, task, steps, warmup, on_step, None, strategy=blocks, **kw)
     trainer, shard, kw = fsdp2_variant(variant, precision, **({"reduce_dtype": reduce} if reduce else {}))
     strategy = ModelParallelStrategy(data_parallel_size=world_size(), tensor_parallel_size=1)
     return _lightning_fit(trainer, task, steps, warmup, on_step, shard, strategy=strategy, **kw)
 
 
 def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """FSDP2 under Lightning: the Trainer class, ``shard(module, mesh)`` for ``configure_model`` and the Trainer's
-    precision argument. ``ours``: our plugin and its ``fully_shard``; ``builtin``: Lightning's ``FSDPPrecision`` and
-    ``fully_shard`` with a policy from its ``mixed_precision_config`` (what a user of the built-in writes); ``amp``
-    (``*-mixed``): Lightning's ``MixedPrecision(precision, device="cpu")`` and ``fully_shard`` with a low-precision
-    compute, fp32-reduce policy."""
+    """FSDP2 under Lightning: the Trainer class, ``shard(module, mesh, is_root)`` for ``configure_model`` and the
+    Trainer's precision argument. ``ours``: our plugin and its ``fully_shard``; ``builtin``: Lightning's
+    ``FSDPPrecision`` and ``fully_shard`` with a policy from its ``mixed_precision_config`` (what a user of the
+    built-in writes); ``amp`` (``*-mixed``): Lightning's ``MixedPrecision(precision, device="cpu")`` and
+    ``fully_shard`` with a low-precision compute, fp32-reduce policy (the blocks' without the input cast)."""
     import lightning.pytorch as pl
     from lightning.pytorch.plugins.precision import FSDPPrecision
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -240,19 +248,20 @@ def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, An
 
     if variant == "ours":
         ours = precision_base.resolve(f"fsdp:{precision}", **options)
-        return precision_base.Trainer, lambda m, mesh: ours.fully_shard(m, mesh=mesh), {"precision_plugin": ours}
+        return precision_base.Trainer, lambda m, mesh, root: ours.fully_shard(m, mesh=mesh), {"precision_plugin": ours}
     if variant == "amp":  # Lightning's autocast plugin on the CPU, the fp32-reducing policy written by the user
         from lightning.pytorch.plugins.precision import MixedPrecision
 
         low = precision_dtype(precision)
         reduce = REDUCE[options["reduce_dtype"]] if options.get("reduce_dtype") else torch.float32
-        amp_policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce)
+        amp = {root: MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce, cast_forward_inputs=root)
+               for root in (True, False)}  # fmt: skip  # the blocks take their inputs as given, as ours
         plugin = MixedPrecision(precision, device="cpu")  # type: ignore[arg-type]
-        return pl.Trainer, lambda m, mesh: fully_shard(m, mesh=mesh, mp_policy=amp_policy), {"plugins": [plugin]}
+        return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=amp[root]), {"plugins": [plugin]}
     builtin = FSDPPrecision(precision)  # type: ignore[arg-type]
     mp: Any = builtin.mixed_precision_config
     policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
-    return pl.Trainer, lambda m, mesh: fully_shard(m, mesh=mesh, mp_policy=policy), {"plugins": [builtin]}
+    return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=policy), {"plugins": [builtin]}
 
 
 def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str, on_step: OnStep) -> Any:
@@ -268,11 +277,14 @@ def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str,
         param_dtype=low, reduce_dtype=REDUCE[reduce] if reduce else torch.float32 if mixed else storage
     )
     net, mesh = task.net().to(storage), init_device_mesh("cpu", (world_size(),))
+    inner = MixedPrecisionPolicy(  # under *-mixed the blocks take their inputs as given (only the root casts)
+        param_dtype=policy.param_dtype, reduce_dtype=policy.reduce_dtype, cast_forward_inputs=not mixed
+    )
     fp32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
     for norm in norms_in_fp32(net, None) if mixed else []:
         fully_shard(norm, mesh=mesh, mp_policy=fp32)
     for module in [*net.blocks, net]:
-        fully_shard(module, mesh=mesh, mp_policy=policy)
+        fully_shard(module, mesh=mesh, mp_policy=policy if module is net else inner)
     opt = torch.optim.AdamW(net.parameters(), lr=task.lr)
     scaler = torch.amp.GradScaler("cpu", enabled=precision == "16-mixed")
     clock, losses = Clock(), []

@@ -172,17 +172,24 @@ def test_repeated_children_of_nested_containers_at_any_depth() -> None:
     assert _names(root, units_for_lightning(root)) == ["net.stages.a.0", "net.stages.a.1", "net"]
 
 
-def test_explicit_policies_work_as_before_and_never_pick_a_forwardless_container() -> None:
+def test_explicit_policies_make_exactly_their_units_and_never_pick_a_forwardless_container() -> None:
     root = Direct()
     assert _names(root, units_to_shard(root, {Block})) == ["blocks.0", "blocks.1", "blocks.2"]
-    assert _names(root, units_for_lightning(root, {Block})) == [
-        "blocks.0",
-        "blocks.1",
-        "blocks.2",
-        "embed",
-        "norm",
-        "head",
-    ]
+    # a LightningModule without forward: its steps gather the root unit, so no child is added (FSDP1's count)
+    assert _names(root, units_for_lightning(root, {Block})) == ["blocks.0", "blocks.1", "blocks.2"]
+    tied = Direct(tie=True)
+    assert _names(tied, units_for_lightning(tied, {Block})) == [
+        "blocks.0", "blocks.1", "blocks.2"
+    ], "tied embed and head both stay in the root unit"  # fmt: skip
+
+    class WithForward(Direct):
+        def forward(self, x: Any) -> Any:  # a step may call self.embed / self.head directly: they gather alone
+            return self.head(self.norm(self.embed(x)))
+
+    with_forward = WithForward()
+    assert _names(with_forward, units_for_lightning(with_forward, {Block})) == [
+        "blocks.0", "blocks.1", "blocks.2", "embed", "norm", "head"
+    ]  # fmt: skip
     # a size threshold reaching the ModuleList (3 x 224 parameters) passes over it instead of handing it to fully_shard
     assert "blocks" not in _names(root, units_to_shard(root, 500))
     with pytest.raises(TypeError, match=r"names ModuleList, a container without forward"):

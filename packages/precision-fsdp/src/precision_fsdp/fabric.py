@@ -33,7 +33,7 @@ from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
 from precision_fsdp.implementation import FSDPPrecisionImpl
 from precision_fsdp.loop_state import restorable_entries, restore_entries
 from precision_fsdp.selection import HOW_FABRIC_FSDP1, HOW_FABRIC_FSDP2, choose_fabric_strategy
-from precision_fsdp.sharding import fsdp_version_of
+from precision_fsdp.sharding import fsdp_version_of, units_to_shard
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -138,6 +138,13 @@ class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
     def _expect_whole_model(self) -> None:
         """Nothing: Fabric has no LightningModule nor ``configure_model``; ``setup_module`` hands the whole model to
         ``parallelize_fn``, and the default one (`shard`) calls ``prepare_for_sharding`` with it."""
+
+    @override
+    def _units(self, model: torch.nn.Module) -> tuple[list[torch.nn.Module], set[int]]:
+        """Exactly the units `auto_wrap_policy` selects ([`units_to_shard`][precision_fsdp.sharding.units_to_shard]):
+        Fabric runs the model's forward, so the model's own unit gathers everything else, as FSDP1's wrap policy
+        leaves it to the root."""
+        return units_to_shard(model, self.auto_wrap_policy), set()
 
     def _shard_by_policy(self, module: torch.nn.Module, device_mesh: DeviceMesh) -> torch.nn.Module:
         self.shard(module)

@@ -12,6 +12,7 @@ The whole Lightning lifecycle runs on one model: ``fit`` then ``validate`` / ``t
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Union
 
@@ -27,7 +28,7 @@ from precision_fsdp._compat import (
 )
 from precision_fsdp.sharding import (
     WrapPolicy,
-    count_units,
+    class_name,
     describe_units,
     fsdp_version_of,
     separate_roots,
@@ -178,17 +179,28 @@ class FSDP2StrategyImpl(_LightningBase):
         prepare = getattr(plugin, "prepare_for_sharding", None)
         if prepare is not None:
             prepare(model)  # keep_fp32 names and fp8's first/last Linear are relative to the whole model
-        units = units_for_lightning(model, self.auto_wrap_policy)
+        units, roots = self._units(model)
         line = f"{type(self).__name__}: {describe_units(model, units, self.auto_wrap_policy)}"
-        roots = separate_roots(units)  # Lightning runs no root forward: each would stay gathered until its backward
         for unit in units:
             if id(unit) in roots:
                 shard_one(unit, mesh=mesh["data_parallel"], reshard_after_forward=True)
             else:
                 shard_one(unit, mesh=mesh["data_parallel"])
         shard_one(model, mesh=mesh["data_parallel"])
-        kept = count_units(model) - len(units) - 1
-        pl.utilities.rank_zero_info(line + (f"; {kept} modules kept in float32, a unit each" if kept > 0 else ""))
+        chosen = {id(unit) for unit in units} | {id(model)}
+        kept = Counter(class_name(m) for m in model.modules() if isinstance(m, FSDPModule) and id(m) not in chosen)
+        if kept:
+            listed = ", ".join(f"{name} x{count}" for name, count in kept.items())
+            line += f"; {sum(kept.values())} modules kept in float32, a unit each ({listed})"
+        pl.utilities.rank_zero_info(line)
+
+    def _units(self, model: torch.nn.Module) -> tuple[list[torch.nn.Module], set[int]]:
+        """The units to shard before ``model`` (innermost first), and the ``id`` of those to reshard after their
+        forward. Trainer: [`units_for_lightning`][precision_fsdp.sharding.units_for_lightning]; each outermost one
+        of several is resharded after its forward, as Lightning runs no root forward
+        ([`separate_roots`][precision_fsdp.sharding.separate_roots])."""
+        units = units_for_lightning(model, self.auto_wrap_policy)
+        return units, separate_roots(units)
 
 
 def _has_dtensor_parameters(model: torch.nn.Module) -> bool:

@@ -12,33 +12,11 @@ from typing import Optional
 
 import torch
 
-from precision_fsdp._compat import FSDPModule
-from precision_fsdp.sharding import class_name, is_lightning_module
+from precision_fsdp.sharding import class_name, defined_by_user, is_lightning_module, root_held_parameters
 
 #: The LightningModule methods Lightning calls instead of ``forward`` (the step methods).
 STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
 _STEPS_GATHER_MARK = "_precision_fsdp_steps_gather_root"
-
-
-def _first_definer(cls: type, name: str) -> Optional[type]:
-    return next((c for c in cls.__mro__ if name in vars(c)), None)
-
-
-def _defined_by_user(cls: type, name: str) -> bool:
-    """Whether ``cls``'s ``name`` comes from a class outside Lightning and torch (the user's own code)."""
-    owner = _first_definer(cls, name)
-    return owner is not None and not owner.__module__.startswith(("lightning.", "pytorch_lightning.", "torch."))
-
-
-def root_held_parameters(module: torch.nn.Module) -> list[str]:
-    """Names of the parameters of the FSDP2 unit ``module`` that no FSDP2 unit inside it holds (its own unit's
-    parameters, gathered only when ``module`` itself is called); empty when ``module`` is not an FSDP2 unit."""
-    if not isinstance(module, FSDPModule):
-        return []
-    inner = {
-        id(p) for sub in module.modules() if sub is not module and isinstance(sub, FSDPModule) for p in sub.parameters()
-    }
-    return [name for name, p in module.named_parameters() if id(p) not in inner]
 
 
 def gather_root_in_steps(module: torch.nn.Module) -> Optional[str]:
@@ -60,14 +38,14 @@ def gather_root_in_steps(module: torch.nn.Module) -> Optional[str]:
     """
     if not is_lightning_module(module) or getattr(module, _STEPS_GATHER_MARK, False):
         return None
-    if _defined_by_user(type(module), "forward"):
+    if defined_by_user(type(module), "forward"):
         return None
     held = root_held_parameters(module)
     if not held:
         return None
     from torch.distributed.fsdp import register_fsdp_forward_method
 
-    steps = [name for name in STEP_METHODS if _defined_by_user(type(module), name)]
+    steps = [name for name in STEP_METHODS if defined_by_user(type(module), name)]
     for name in steps:
         register_fsdp_forward_method(module, name)
     setattr(module, _STEPS_GATHER_MARK, True)

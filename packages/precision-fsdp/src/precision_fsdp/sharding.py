@@ -27,10 +27,12 @@ is always sharded last and holds every parameter no selected module holds.
   ``recurse=True`` whether to look inside a module, and with ``recurse=False`` whether to shard it.
 
 Under every policy a container without ``forward`` is never made a unit (``fully_shard`` refuses it): a set of
-classes that names one is refused, a size threshold or callable passes over it. Under a Lightning Trainer,
-[`units_for_lightning`][precision_fsdp.sharding.units_for_lightning] adds the direct children of the LightningModule
-that Lightning calls (it never calls
-the LightningModule's own ``forward``).
+classes that names one is refused, a size threshold or callable passes over it.
+
+Under Fabric the model's forward runs, so the units are exactly the policy's plus the model (the root). Under a
+Lightning Trainer, which never calls the LightningModule's own ``forward``,
+[`units_for_lightning`][precision_fsdp.sharding.units_for_lightning] says when direct children of the LightningModule
+become units too (the default policy: the children holding the blocks and those holding parameters outside them).
 """
 
 from __future__ import annotations
@@ -240,17 +242,24 @@ class TiedAcrossUnitsError(ValueError):
 
 
 def units_for_lightning(root: torch.nn.Module, policy: WrapPolicy = None) -> list[torch.nn.Module]:
-    """[`units_to_shard`][precision_fsdp.sharding.units_to_shard], plus the direct children of ``root`` that Lightning
-    runs on their own.
+    """The units a Lightning Trainer shards ``root`` (the LightningModule) into before ``root`` itself:
+    [`units_to_shard`][precision_fsdp.sharding.units_to_shard], plus, where needed, direct children of ``root``.
 
     FSDP2 gathers a unit's parameters in the pre-forward hook of the unit's module. Lightning calls
-    ``training_step``, not the LightningModule's ``forward``, so parameters left to the root unit would stay sharded
-    (a sibling ``head`` next to a policy-chosen ``body`` fails with "got mixed torch.Tensor and DTensor"). So each
-    direct child of ``root`` that holds parameters no chosen unit holds becomes a unit of its own (a container
-    without ``forward`` is looked into instead); under the default policy (``None``) so does each direct child that
-    contains chosen units, so that it is the FSDP2 root of its part (one lazy initialisation, its blocks resharded
-    after their forward) -- a Hugging Face model held as ``self.net`` is then the unit of its embeddings, final
-    norm and head.
+    ``training_step``, not the LightningModule's ``forward``, so parameters left to the root unit must be gathered
+    some other way:
+
+    * an ``auto_wrap_policy`` set, and a LightningModule that defines no ``forward``: nothing is added, so the units
+      are exactly the policy's plus the root, as FSDP1's wrap policy makes them; the root unit's parameters are
+      gathered by its step methods, made FSDP2 forward methods
+      ([`gather_root_in_steps`][precision_fsdp.root_unit.gather_root_in_steps]);
+    * otherwise (a LightningModule with a ``forward`` of its own, whose steps may call its children directly, or
+      the default policy): each direct child of ``root`` that holds parameters no chosen unit holds becomes a unit
+      of its own (a container without ``forward`` is looked into instead), so that it gathers them when the step
+      calls it (a sibling ``head`` next to a policy-chosen ``body`` would otherwise fail with "got mixed
+      torch.Tensor and DTensor"); under the default policy (``None``) so does each direct child that contains chosen
+      units, so that it is the FSDP2 root of its part (one lazy initialisation, its blocks resharded after their
+      forward) -- a Hugging Face model held as ``self.net`` is then the unit of its embeddings, final norm and head.
 
     Raises:
         TypeError, ValueError: ``policy`` is none of the accepted kinds (the message lists them).
@@ -258,6 +267,8 @@ def units_for_lightning(root: torch.nn.Module, policy: WrapPolicy = None) -> lis
             LightningModule); the message names them and what works.
     """
     units = units_to_shard(root, policy)
+    if policy is not None and is_lightning_module(root) and not defined_by_user(type(root), "forward"):
+        return units
     in_unit = {id(m) for unit in units for m in unit.modules()}
     covered = {id(p) for unit in units for p in unit.parameters()}
     extra: list[torch.nn.Module] = []
@@ -331,6 +342,12 @@ def count_units(model: torch.nn.Module) -> int:
     return sum(1 for m in model.modules() if isinstance(m, FSDPModule))
 
 
+def defined_by_user(cls: type, name: str) -> bool:
+    """Whether ``cls``'s attribute ``name`` comes from a class outside Lightning and torch (the user's own code)."""
+    owner = next((c for c in cls.__mro__ if name in vars(c)), None)
+    return owner is not None and not owner.__module__.startswith(("lightning.", "pytorch_lightning.", "torch."))
+
+
 def is_lightning_module(module: torch.nn.Module) -> bool:
     """Whether ``module`` is a Lightning ``LightningModule`` (``lightning`` or ``pytorch_lightning``)."""
     return any(
@@ -339,18 +356,31 @@ def is_lightning_module(module: torch.nn.Module) -> bool:
     )
 
 
+def root_held_parameters(module: torch.nn.Module) -> list[str]:
+    """Names of the parameters of the FSDP2 unit ``module`` that no FSDP2 unit inside it holds (its own unit's
+    parameters, gathered only when ``module`` itself is called); empty when ``module`` is not an FSDP2 unit."""
+    if not isinstance(module, FSDPModule):
+        return []
+    inner = {
+        id(p) for sub in module.modules() if sub is not module and isinstance(sub, FSDPModule) for p in sub.parameters()
+    }
+    return [name for name, p in module.named_parameters() if id(p) not in inner]
+
+
 def nested_units(unit: torch.nn.Module) -> list[torch.nn.Module]:
     """The FSDP2 units under ``unit`` (itself a unit, just sharded) that run inside another unit's forward: every
-    unit under it, except, when ``unit`` is a LightningModule, the outermost ones. Lightning never calls the
-    LightningModule itself (it calls ``training_step``, which calls its children), so each outermost unit under it
-    runs as an FSDP2 root of its own."""
+    unit under it, except the outermost ones when ``unit`` is a LightningModule whose own unit never runs forward
+    around them. Lightning never calls the LightningModule (it calls ``training_step``, which calls its children),
+    so when it defines no ``forward`` and its unit holds no parameters of its own (its step methods are then not
+    made FSDP2 forward methods, see [`precision_fsdp.root_unit`][]), each outermost unit under it runs as an FSDP2
+    root of its own."""
     found: list[torch.nn.Module] = []
-    lightning = is_lightning_module(unit)
+    alone = is_lightning_module(unit) and not defined_by_user(type(unit), "forward") and not root_held_parameters(unit)
 
     def visit(module: torch.nn.Module, outermost: bool) -> None:
         for child in module.children():
             if isinstance(child, FSDPModule):
-                if not (outermost and lightning):
+                if not (outermost and alone):
                     found.append(child)
                 visit(child, False)
             else:

@@ -103,6 +103,7 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
             precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         self._underflow((optimizer,), self.spec, self._rank_zero_warn)
+        self._sharded_init(optimizer, self.spec, self._rank_zero_warn)
         fabric_step = super(FSDPPrecisionImpl, self).optimizer_step  # Fabric's signature, not the Trainer's
         return self._steps.fabric_step(lambda: fabric_step(optimizer, **kwargs), optimizer, self.scaler, self.spec)
 
@@ -127,7 +128,15 @@ class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
     [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy], plus ``parallelize_fn`` to replace the default sharding."""
 
     def __init__(self, *args: Any, parallelize_fn: Any = None, **kwargs: Any) -> None:
-        super().__init__(*args, parallelize_fn=parallelize_fn or self._shard_by_policy, **kwargs)
+        shard = parallelize_fn or self._shard_by_policy
+
+        def parallelize(module: torch.nn.Module, device_mesh: DeviceMesh) -> torch.nn.Module:
+            sharded: torch.nn.Module = shard(module, device_mesh)
+            if isinstance(sharded, torch.nn.Module):  # else Lightning refuses it, naming what it got
+                self._materialize(sharded)
+            return sharded
+
+        super().__init__(*args, parallelize_fn=parallelize, **kwargs)
 
     @property  # type: ignore[misc]  # read-only here: Fabric's strategy keeps the plugin in `precision`
     def precision_plugin(self) -> Any:

@@ -26,6 +26,7 @@ from precision_fsdp._compat import (
     mesh_sizes,
     set_data_parallel_size,
 )
+from precision_fsdp.sharded_init import MISSING_RESET, materialize
 from precision_fsdp.sharding import (
     WrapPolicy,
     class_name,
@@ -147,6 +148,7 @@ class FSDP2StrategyImpl(_LightningBase):
         if fsdp_version_of(model) is None and not _has_dtensor_parameters(model):
             self.shard(model)
         reshard_after_gradless_forward(model)
+        self._materialize(model)
         # Lightning's ModelParallelStrategy.setup refuses a LightningModule without configure_model; the model is
         # sharded by now, by this strategy (in this run or an earlier one) or by the user's configure_model
         with configure_model_counted_as_overridden(self.lightning_module):  # type: ignore[attr-defined]
@@ -193,6 +195,17 @@ class FSDP2StrategyImpl(_LightningBase):
             listed = ", ".join(f"{name} x{count}" for name, count in kept.items())
             line += f"; {sum(kept.values())} modules kept in float32, a unit each ({listed})"
         pl.utilities.rank_zero_info(line)
+
+    def _materialize(self, module: torch.nn.Module) -> None:
+        """A sharded model left on the meta device by ``init_module(empty_init=True)``, on a CPU: initialised by
+        [`precision_fsdp.sharded_init.materialize`][] (every rank gets its part of the values the unsharded model would
+        get from the same seed); Lightning's own materialisation then finds nothing left to do. On accelerators,
+        Lightning's (torch's RNG tracker keeps the ranks' draws apart there)."""
+        if self.root_device.type != "cpu":  # type: ignore[attr-defined]
+            return
+        missing = materialize(module, self.root_device)  # type: ignore[attr-defined]
+        if missing:
+            pl.utilities.rank_zero_warn(MISSING_RESET.format(names=", ".join(missing)))
 
     def _units(self, model: torch.nn.Module) -> tuple[list[torch.nn.Module], set[int]]:
         """The units to shard before ``model`` (innermost first), and the ``id`` of those to reshard after their

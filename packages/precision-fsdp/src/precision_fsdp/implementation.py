@@ -42,6 +42,7 @@ from precision_fsdp.scaler import (
     ready_scaler,
 )
 from precision_fsdp.selection import choose_strategy
+from precision_fsdp.sharded_init import ShardedInitCheck
 from precision_fsdp.sharding import FSDPVersion, fsdp1_root, fsdp_version_of
 from precision_fsdp.steps import StepWatch
 from precision_fsdp.switching import SwitchMixin
@@ -165,6 +166,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         self._whole_model: Optional[torch.nn.Module] = None  # set by FSDP2Strategy while configure_model runs
         self._warned_true = False
         self._underflow = UnderflowCheck()  # the numerics warning, once per optimizer (connect and every step)
+        self._sharded_init = ShardedInitCheck()  # shards initialised alike on a CPU mesh, at each optimizer's 1st step
         self._set_scaler(scaler, user=scaler is not None)
         if scaler is None and canonical == "16-mixed":
             # a ShardedGradScaler from construction on, as Lightning's; it holds the settings and any loaded state
@@ -312,6 +314,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
                 Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
         """
         check_caller(self)
+        self._sharded_init.watch(module)
         gathered = gather_root_in_steps(module)  # a LightningModule that is itself a unit holding parameters
         if gathered is not None:
             self.lightning.utilities.rank_zero_info(gathered)
@@ -372,6 +375,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
             precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         self._underflow((optimizer,), self.spec, self._rank_zero_warn)
+        self._sharded_init(optimizer, self.spec, self._rank_zero_warn)
         lightning_step = super().optimizer_step
         return self._steps.trainer_step(
             lambda checked: lightning_step(optimizer, model, checked, **kwargs),

@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = "precision-plugins-bench/4"
 """Written into every result; raise it when a result's layout or the meaning of a measured figure changes."""
+PACKAGE_SOURCES = ":(glob)packages/*/src/**"
+"""Every package's code, whatever the package list holds (git pathspec)."""
 MEASURED = (
-    "packages/precision-base/src",
-    "packages/precision-fsdp/src",
-    "packages/precision-deepspeed/src",
+    PACKAGE_SOURCES,
     "benchmarks/run.py",
     "benchmarks/gpu_bench.py",
     "benchmarks/bench",
@@ -44,9 +44,7 @@ NEEDS_GPU = ("gpu",)
 
 
 SHARED = (
-    "packages/precision-base/src",
-    "packages/precision-fsdp/src",
-    "packages/precision-deepspeed/src",
+    PACKAGE_SOURCES,
     "benchmarks/bench/__init__.py",
     "benchmarks/bench/report.py",
     "benchmarks/bench/runs.py",

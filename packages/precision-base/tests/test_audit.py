@@ -52,11 +52,13 @@ class CastsBuffers(DummyPrecision):
 
 
 class NoFloat8(DummyPrecision):
-    """Declares ``fp8-tensorwise`` (an extra precision based on ``bf16-mixed``) and converts no layer to float8."""
+    """Declares ``fp8-tensorwise`` (an extra precision based on ``bf16-mixed``, whose matmuls its info declares
+    float8) and converts no layer to float8."""
 
     backend = "no-float8"
     precisions = ("bf16-mixed",)
     extra_precisions = (("fp8-tensorwise", "bf16-mixed"),)
+    extra_matmuls = (("fp8-tensorwise", "float8"),)
 
     def __init__(self, precision: str) -> None:
         self.precision = self.canonical_precision(precision)
@@ -111,6 +113,7 @@ def _registered(cls: type) -> Iterator[str]:
         precisions=tuple(cls.precisions),
         plugin_class=f"{__name__}:{cls.__qualname__}",
         extra_precisions=tuple(cls.extra_precisions),
+        extra_matmuls=tuple(getattr(cls, "extra_matmuls", ())),
     )
     with precision_base.registered(info, plugin_class=cls):
         yield f"{cls.backend}:{precision}"
@@ -317,13 +320,29 @@ def test_a_run_whose_optimizer_never_steps_is_a_mismatch() -> None:
     assert [r.observed for r in _rows(audit.report, "gradients") if not r.ok] == ["no optimizer step ran"]
 
 
-def test_mxfp8_counts_as_float8_and_its_payload_is_found() -> None:
-    """An mxfp8 run is audited for float8 GEMMs as fp8 is; torchao's MXTensor keeps its float8 data in ``qdata``
+def test_float8_is_what_the_plugin_declares_and_its_payload_is_found() -> None:
+    """A precision is audited for float8 GEMMs when its backend's PluginInfo declares float8 matmuls for it
+    (``extra_matmuls``), whatever its name; torchao's MXTensor keeps its float8 data in ``qdata``
     (Float8TrainingTensor in ``_data``): the watch finds either (the real MXFP8 fit: test_precision_schedule_fp8)."""
-    from precision_base.audit.compare import is_fp8_precision
+    from precision_base.audit.compare import declares_float8
     from precision_base.audit.observe import _float8_payload
+    from precision_base.registry import registered
 
-    assert [is_fp8_precision(p) for p in ("mxfp8-rceil", "fp8-tensorwise", "bf16-mixed")] == [True, True, False]
+    info = PluginInfo(
+        backend="eightish", precisions=("bf16-mixed",), plugin_class="eightish.plugin:Plugin",
+        extra_precisions=(("fp8-blocks", "bf16-mixed"), ("mx6-any", "bf16-mixed")),
+        extra_matmuls=(("fp8-blocks", "float8"),),
+    )  # fmt: skip
+
+    class Plugin:
+        backend, precision = "eightish", "fp8-blocks"
+
+    with registered(info):
+        assert declares_float8(Plugin())
+        Plugin.precision = "mx6-any"
+        assert not declares_float8(Plugin()), "a name alone says nothing"
+    Plugin.precision = "fp8-blocks"
+    assert not declares_float8(Plugin()), "no registered backend: no declaration"
 
     class Holder(torch.Tensor):
         pass

@@ -32,7 +32,7 @@ def _rows(kept_params: set[str], collective_dtype: torch.dtype) -> dict[str, tup
         Collective("all_gather_single", collective_dtype, 128, 32),
         Collective("reduce_scatter_single", collective_dtype, 128, 32),
     ]
-    rows = build_rows(recorder, TABLE, "16-true", None, world_size=2)
+    rows = build_rows(recorder, TABLE, None, world_size=2)
     return {
         f"{r.role} {r.observed}": (r.expected, r.observed, r.ok) for r in rows if r.role in ("gathering", "reduction")
     }

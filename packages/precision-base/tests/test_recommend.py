@@ -1,17 +1,44 @@
-"""``precision-plugins recommend``: the suggestion for machines described by injected facts, and the command here."""
+"""``precision-plugins recommend``: the suggestion for machines described by injected facts, and the command here.
+
+The facts carry what the two plugins of this repository declare (their ``PluginInfo``: preference, each extra
+precision's GPU and trade-off), as [`read_machine`][precision_base.recommend.read_machine] reads it; the last tests
+register a fake fourth backend with a recipe of its own and get it judged with no change to precision-base."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from precision_base import PluginInfo
 from precision_base.cli import main
 from precision_base.recommend import MachineFacts, Recommendation, read_machine, recommend
+from precision_base.registry import registered
 from precision_base.spec import PRECISIONS
 
-FSDP = (*PRECISIONS, "fp8-tensorwise", "fp8-rowwise", "mxfp8-rceil")
+FSDP_EXTRAS = ("fp8-tensorwise", "fp8-rowwise", "mxfp8-rceil")
+FSDP = (*PRECISIONS, *FSDP_EXTRAS)
 BOTH = {"fsdp": FSDP, "deepspeed": PRECISIONS}
+FP8_NOTE = "float8 matmuls for large Linear layers (thousands wide), the rest bf16-mixed"
+MX_NOTE = "MXFP8 matmuls (float8 with a scale per 32 values) for large bias-free Linear layers, the rest bf16-mixed"
+DECLARED: dict[str, Any] = {  # what the plugins declare, keyed as read_machine keys it
+    "about": {
+        "fsdp": "precision-fsdp is installed; FSDP1 MixedPrecision and FSDP2 MixedPrecisionPolicy",
+        "deepspeed": "precision-deepspeed is installed; DeepSpeed engine precision",
+    },
+    "needs_gpu": {"fsdp:fp8-tensorwise": (8, 9), "fsdp:fp8-rowwise": (8, 9), "fsdp:mxfp8-rceil": (10, 0)},
+    "notes": {"fsdp:fp8-tensorwise": FP8_NOTE, "fsdp:fp8-rowwise": FP8_NOTE, "fsdp:mxfp8-rceil": MX_NOTE},
+}
+NO_EXTRA = 'unavailable: it needs the optional extra: pip install "precision-fsdp[fp8]"'
+
+
+def facts(*, extra: bool = True, backends: dict[str, tuple[str, ...]] = BOTH, **machine: Any) -> MachineFacts:
+    """Facts as read_machine gives them; ``extra=False``: the fp8 extra is not installed (its names unavailable)."""
+    if extra or "fsdp" not in backends:
+        return MachineFacts(backends=backends, **DECLARED, **machine)
+    offered = {**backends, "fsdp": tuple(p for p in backends["fsdp"] if p not in FSDP_EXTRAS)}
+    return MachineFacts(backends=offered, unusable={f"fsdp:{p}": NO_EXTRA for p in FSDP_EXTRAS}, **DECLARED, **machine)
 
 
 def _ruled_out(result: Recommendation) -> dict[str, str]:
@@ -22,8 +49,12 @@ def _alternatives(result: Recommendation) -> dict[str, str]:
     return {c.spec: c.reason for c in result.alternatives}
 
 
+H100 = {"cuda_capability": (9, 0), "gpu_name": "NVIDIA H100", "gpu_count": 1}
+B200 = {"cuda_capability": (10, 0), "gpu_name": "NVIDIA B200", "gpu_count": 1}
+
+
 def test_cpu_without_native_bf16_trains_in_float32() -> None:
-    result = recommend(MachineFacts(backends=BOTH, torchao="0.18.0"))
+    result = recommend(facts())
     assert result.spec == "fsdp:32-true"
     assert result.reasons[0] == "device: the CPU (torch sees no CUDA GPU)"
     assert result.reasons[1].startswith("precision 32-true: this CPU has no native bfloat16")
@@ -32,23 +63,28 @@ def test_cpu_without_native_bf16_trains_in_float32() -> None:
         ruled["fsdp:bf16-mixed"] == "runs, but this CPU emulates bfloat16 (no AVX512-BF16 or AMX): slower than 32-true"
     )
     assert ruled["deepspeed:16-mixed"].startswith("this CPU has no native float16 (AMX-FP16)")
-    assert ruled["fsdp:fp8-tensorwise"].startswith("needs a CUDA GPU with FP8 (compute capability 8.9+)")
+    assert ruled["fsdp:fp8-tensorwise"] == (
+        "needs a CUDA GPU of compute capability 8.9+ for its matmuls; on a CPU it is only emulated (tests)"
+    )
     assert _alternatives(result) == {"deepspeed:32-true": "the same precision through deepspeed instead of fsdp"}
 
 
 def test_cpu_with_native_bf16_trains_bf16_mixed() -> None:
-    result = recommend(MachineFacts(cpu_bf16=True, backends=BOTH))
+    result = recommend(facts(extra=False, cpu_bf16=True))
     assert result.spec == "fsdp:bf16-mixed"
     assert "computes bfloat16 natively" in result.reasons[1]
-    assert result.reasons[2].endswith("(preferred over deepspeed)")
+    assert result.reasons[2] == (
+        "backend fsdp: precision-fsdp is installed; FSDP1 MixedPrecision and FSDP2 MixedPrecisionPolicy (preferred "
+        "over deepspeed)"
+    )
     assert {"fsdp:32-true", "fsdp:bf16-true", "deepspeed:bf16-mixed"} <= set(_alternatives(result))
     ruled = _ruled_out(result)
-    assert ruled["fsdp:fp8-rowwise"] == 'needs torchao (pip install "precision-fsdp[fp8]")'
+    assert ruled["fsdp:fp8-rowwise"] == NO_EXTRA
     assert "fsdp:16-mixed" in ruled
 
 
 def test_cpu_with_native_fp16_allows_16_mixed() -> None:
-    result = recommend(MachineFacts(cpu_bf16=True, cpu_fp16=True, backends={"fsdp": PRECISIONS}))
+    result = recommend(facts(cpu_bf16=True, cpu_fp16=True, backends={"fsdp": PRECISIONS}))
     assert result.spec == "fsdp:bf16-mixed"
     assert (
         _ruled_out(result)["fsdp:16-mixed"]
@@ -58,45 +94,40 @@ def test_cpu_with_native_fp16_allows_16_mixed() -> None:
 
 
 def test_a100_trains_bf16_mixed_and_rules_out_fp8() -> None:
-    facts = MachineFacts(
-        cuda_capability=(8, 0), gpu_name="NVIDIA A100-SXM4-80GB", gpu_count=8, backends=BOTH, torchao="0.18.0"
-    )
-    result = recommend(facts)
+    result = recommend(facts(cuda_capability=(8, 0), gpu_name="NVIDIA A100-SXM4-80GB", gpu_count=8))
     assert result.spec == "fsdp:bf16-mixed"
     assert result.reasons[0] == "device: CUDA GPU 8 x NVIDIA A100-SXM4-80GB (compute capability 8.0)"
     assert result.reasons[1].startswith("precision bf16-mixed: compute capability 8.0 has bfloat16 tensor cores")
-    assert _ruled_out(result)["fsdp:fp8-tensorwise"] == (
-        "needs compute capability 8.9+ for FP8 matmuls (L4, H100, ...), this GPU has 8.0"
+    assert (
+        _ruled_out(result)["fsdp:fp8-tensorwise"] == "needs compute capability 8.9+ for its matmuls, this GPU has 8.0"
     )
 
 
-def test_h100_with_torchao_offers_fp8_as_an_alternative() -> None:
-    facts = MachineFacts(cuda_capability=(9, 0), gpu_name="NVIDIA H100", gpu_count=1, backends=BOTH, torchao="0.18.0")
-    result = recommend(facts)
+def test_h100_with_the_extra_offers_fp8_as_an_alternative() -> None:
+    result = recommend(facts(**H100))
     assert result.spec == "fsdp:bf16-mixed"
     alternatives = _alternatives(result)
-    assert alternatives["fsdp:fp8-tensorwise"].startswith("float8 matmuls for large Linear layers")
+    assert alternatives["fsdp:fp8-tensorwise"] == FP8_NOTE
     assert "fsdp:fp8-rowwise" in alternatives
     assert not [spec for spec in _ruled_out(result) if spec.startswith("fsdp:fp8-")]
-    assert _ruled_out(result)["fsdp:mxfp8-rceil"].startswith("needs compute capability 10.0+ for MXFP8")
+    assert _ruled_out(result)["fsdp:mxfp8-rceil"] == "needs compute capability 10.0+ for its matmuls, this GPU has 9.0"
 
 
-def test_h100_without_torchao_rules_fp8_out() -> None:
-    result = recommend(MachineFacts(cuda_capability=(9, 0), gpu_name="NVIDIA H100", gpu_count=1, backends=BOTH))
-    assert _ruled_out(result)["fsdp:fp8-tensorwise"] == 'needs torchao (pip install "precision-fsdp[fp8]")'
+def test_h100_without_the_extra_rules_fp8_out_with_the_install_line() -> None:
+    assert _ruled_out(recommend(facts(extra=False, **H100)))["fsdp:fp8-tensorwise"] == NO_EXTRA
 
 
 def test_v100_trains_16_mixed() -> None:
-    result = recommend(MachineFacts(cuda_capability=(7, 0), gpu_name="Tesla V100", gpu_count=1, backends=BOTH))
+    result = recommend(facts(cuda_capability=(7, 0), gpu_name="Tesla V100", gpu_count=1))
     assert result.spec == "fsdp:16-mixed"
     assert "a loss scaler" in result.reasons[1]
     assert _ruled_out(result)["deepspeed:bf16-mixed"] == "needs bfloat16, which compute capability 7.0 lacks (8.0+)"
 
 
 def test_only_deepspeed_installed() -> None:
-    result = recommend(MachineFacts(cpu_bf16=True, backends={"deepspeed": PRECISIONS}))
+    result = recommend(facts(cpu_bf16=True, backends={"deepspeed": PRECISIONS}))
     assert result.spec == "deepspeed:bf16-mixed"
-    assert result.reasons[2].startswith("backend deepspeed: precision-deepspeed is installed (precision-fsdp is not)")
+    assert result.reasons[2] == "backend deepspeed: precision-deepspeed is installed; DeepSpeed engine precision"
 
 
 def test_no_backends_installed_suggests_nothing() -> None:
@@ -112,7 +143,7 @@ def test_no_backends_installed_suggests_nothing() -> None:
 
 
 def test_render_lists_every_section() -> None:
-    text = recommend(MachineFacts(backends=BOTH)).render()
+    text = recommend(facts()).render()
     lines = text.splitlines()
     assert lines[0] == "suggested: fsdp:32-true"
     assert lines[1].startswith("  - device: ")
@@ -126,10 +157,10 @@ def test_read_machine_reads_this_machine() -> None:
     from precision_base import list_plugins
     from precision_base._compat import cpu_native_half
 
-    facts = read_machine()
-    assert (facts.cpu_bf16, facts.cpu_fp16) == cpu_native_half()
-    assert (facts.cuda_capability is None) == (not torch.cuda.is_available())
-    assert set(facts.backends) == {e.backend for e in list_plugins() if e.status == "ok"}
+    read = read_machine()
+    assert (read.cpu_bf16, read.cpu_fp16) == cpu_native_half()
+    assert (read.cuda_capability is None) == (not torch.cuda.is_available())
+    assert set(read.backends) == {e.backend for e in list_plugins() if e.status == "ok"}
 
 
 def test_command_prints_the_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,30 +174,56 @@ def test_command_prints_the_suggestion(capsys: pytest.CaptureFixture[str]) -> No
 
 
 @pytest.mark.parametrize(
-    ("facts", "why"),
+    ("machine", "extra", "why"),
     [
-        (
-            MachineFacts(cpu_bf16=True, backends=BOTH, torchao="0.18.0"),
-            "needs a CUDA GPU with MXFP8 (compute capability",
-        ),
-        (
-            MachineFacts(cuda_capability=(9, 0), gpu_name="NVIDIA H100", gpu_count=1, backends=BOTH, torchao="0.18.0"),
-            "needs compute capability 10.0+ for MXFP8 matmuls (B200, ...), this GPU has 9.0",
-        ),
-        (
-            MachineFacts(cuda_capability=(10, 0), gpu_name="NVIDIA B200", gpu_count=1, backends=BOTH),
-            'needs torchao (pip install "precision-fsdp[fp8]")',
-        ),
+        ({"cpu_bf16": True}, True, "needs a CUDA GPU of compute capability 10.0+ for its matmuls"),
+        (H100, True, "needs compute capability 10.0+ for its matmuls, this GPU has 9.0"),
+        (B200, False, NO_EXTRA),
     ],
 )
-def test_mxfp8_is_ruled_out_below_blackwell_or_without_torchao(facts: MachineFacts, why: str) -> None:
-    assert _ruled_out(recommend(facts))["fsdp:mxfp8-rceil"].startswith(why)
+def test_mxfp8_is_ruled_out_below_blackwell_or_without_the_extra(
+    machine: dict[str, Any], extra: bool, why: str
+) -> None:
+    assert _ruled_out(recommend(facts(extra=extra, **machine)))["fsdp:mxfp8-rceil"].startswith(why)
 
 
-def test_blackwell_with_torchao_offers_mxfp8_and_fp8_as_alternatives() -> None:
-    facts = MachineFacts(cuda_capability=(10, 0), gpu_name="NVIDIA B200", gpu_count=1, backends=BOTH, torchao="0.18.0")
-    result = recommend(facts)
+def test_blackwell_with_the_extra_offers_mxfp8_and_fp8_as_alternatives() -> None:
+    result = recommend(facts(**B200))
     assert result.spec == "fsdp:bf16-mixed"
     alternatives = _alternatives(result)
-    assert alternatives["fsdp:mxfp8-rceil"].startswith("MXFP8 matmuls (float8 with a scale per 32 values)")
+    assert alternatives["fsdp:mxfp8-rceil"] == MX_NOTE
     assert "fsdp:fp8-tensorwise" in alternatives
+
+
+FOURTH = PluginInfo(
+    backend="fourth",
+    precisions=("32-true", "bf16-mixed"),
+    plugin_class="fourth_backend.plugin:FourthPrecision",
+    summary="a backend precision-base has never heard of",
+    extra_precisions=(("fp4-blocks", "bf16-mixed"),),
+    extra_cuda_capability=(("fp4-blocks", (12, 0)),),
+    extra_notes=(("fp4-blocks", "four-bit matmuls in blocks of 16, the rest bf16-mixed"),),
+    extra_matmuls=(("fp4-blocks", "float4"),),
+    preference=1,
+)
+
+
+def test_a_fourth_backend_with_its_own_recipe_is_judged_from_its_declaration_alone() -> None:
+    """No change to precision-base: the registry reads the fourth backend's PluginInfo, recommend ranks it by its
+    preference and judges its recipe by its declared GPU and trade-off."""
+    with registered(FOURTH):
+        read = read_machine()
+        assert next(iter(read.backends)) == "fourth", "preference 1 ranks it first"
+        assert read.needs_gpu["fourth:fp4-blocks"] == (12, 0)
+        assert read.about["fourth"].endswith("a backend precision-base has never heard of")
+        cpu = recommend(read)
+        b300 = recommend(
+            MachineFacts(cuda_capability=(12, 0), gpu_name="a GPU of 2027", gpu_count=1, backends=read.backends,
+                         about=read.about, needs_gpu=read.needs_gpu, notes=read.notes)
+        )  # fmt: skip
+    assert str(cpu.spec).startswith("fourth:")
+    assert _ruled_out(cpu)["fourth:fp4-blocks"] == (
+        "needs a CUDA GPU of compute capability 12.0+ for its matmuls; on a CPU it is only emulated (tests)"
+    )
+    assert b300.spec == "fourth:bf16-mixed"
+    assert _alternatives(b300)["fourth:fp4-blocks"] == "four-bit matmuls in blocks of 16, the rest bf16-mixed"

@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_show.set_defaults(func=cmd_show)
     p_rec = sub.add_parser(
         "recommend",
-        help="read this machine (CPU bfloat16/float16, CUDA compute capability, installed backends, torchao) and "
+        help="read this machine (CPU bfloat16/float16, CUDA compute capability, installed backends and extras) and "
         "print the plugin name to train with, why, and the names ruled out (exit 1 if none can train here)",
     )
     p_rec.add_argument("--json", action="store_true", help="print JSON")

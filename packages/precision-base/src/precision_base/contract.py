@@ -19,7 +19,7 @@ imported.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
@@ -73,6 +73,16 @@ class PluginInfo:
             must import. Asked only for those precisions (by ``resolve`` at both doors, ``list`` and ``doctor``):
             where one fails, the precision is *broken* here and they say so with the import error and the
             installed versions, never with an install line. ``()`` (the default): installed means usable.
+        preference: where ``precision-plugins recommend`` ranks this backend among the installed ones that offer
+            its suggested precision: lower first, ties by name. ``100`` (the default) for a plugin that does not say.
+        extra_cuda_capability: optional ``(precision, (major, minor))`` pairs: the extra precision computes its
+            matrix products only on a CUDA GPU of at least that compute capability (elsewhere it is emulated, for
+            tests), which ``recommend`` says when it rules the name out.
+        extra_notes: optional ``(precision, line)`` pairs: what the extra precision trades, one line, shown by
+            ``recommend`` where the name is an alternative.
+        extra_matmuls: optional ``(precision, family)`` pairs: the dtype family the extra precision's matrix
+            products run in; ``"float8"`` makes the precision audit expect float8 matrix products in converted
+            layers (and none elsewhere).
     """
 
     backend: str
@@ -86,6 +96,10 @@ class PluginInfo:
     extra_precisions: tuple[tuple[str, str], ...] = ()
     precision_extras: tuple[tuple[str, str], ...] = ()
     extra_imports: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    preference: int = 100
+    extra_cuda_capability: tuple[tuple[str, tuple[int, int]], ...] = ()
+    extra_notes: tuple[tuple[str, str], ...] = ()
+    extra_matmuls: tuple[tuple[str, str], ...] = ()
 
     @property
     def all_precisions(self) -> tuple[str, ...]:
@@ -114,6 +128,7 @@ def _info_problems(info: PluginInfo) -> list[str]:
         problems.append(f"fabric_class must be '' or look like 'package.module:ClassName', got {info.fabric_class!r}")
     problems += _extra_problems(info.extra_precisions)
     problems += _precision_extras_problems(info)
+    problems += _extra_facts_problems(info)
     if not isinstance(info.requires, tuple) or not all(isinstance(r, str) for r in info.requires):
         problems.append(f"requires must be a tuple of requirement strings, got {info.requires!r}")
     if not isinstance(info.contract_version, int) or isinstance(info.contract_version, bool):
@@ -135,6 +150,32 @@ def _extra_problems(extras: object) -> list[str]:
             problems.append(f"extra precision {name!r} breaks the naming rule: {EXTRA_PRECISION_RULE}")
         if base not in PRECISIONS:
             problems.append(f"extra precision {name!r} has base {base!r}; the base must be one of {PRECISIONS}")
+    return problems
+
+
+def _extra_facts_problems(info: PluginInfo) -> list[str]:
+    """``preference`` and the ``(precision, value)`` facts about extra precisions."""
+    problems = []
+    preference = getattr(info, "preference", 100)
+    if not isinstance(preference, int) or isinstance(preference, bool):
+        problems.append(f"preference must be an int (lower is preferred), got {preference!r}")
+    extras = info.extra_precisions if isinstance(info.extra_precisions, tuple) else ()
+    declared = {e[0] for e in extras if isinstance(e, tuple) and e}
+    checks: dict[str, Callable[[Any], bool]] = {
+        "extra_cuda_capability": lambda v: isinstance(v, tuple) and len(v) == 2 and all(type(x) is int for x in v),
+        "extra_notes": lambda v: isinstance(v, str) and bool(v),
+        "extra_matmuls": lambda v: isinstance(v, str) and bool(v),
+    }
+    for field_name, valid in checks.items():
+        pairs = getattr(info, field_name, ())
+        if not isinstance(pairs, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
+            problems.append(f"{field_name} must be a tuple of (precision, value) pairs, got {pairs!r}")
+            continue
+        for precision, value in pairs:
+            if precision not in declared:
+                problems.append(f"{field_name} names {precision!r}, which is not one of extra_precisions")
+            if not valid(value):
+                problems.append(f"{field_name}: {value!r} for {precision!r} is not a valid value")
     return problems
 
 

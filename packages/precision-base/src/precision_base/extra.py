@@ -48,12 +48,20 @@ class ExtraPrecisions:
         imports: the modules of that extra every name needs at run time, e.g. ``("torchao.float8",)``: where the
             extra is installed but one of them fails to import, the names are *broken* there, reported with the
             import error and the installed versions (never with an install line: the extra is installed).
+        cuda_capability: ``(name, (major, minor))``: the least CUDA compute capability the name computes on
+            (`PluginInfo.extra_cuda_capability`).
+        notes: ``(name, line)``: what the name trades, for ``recommend`` (`PluginInfo.extra_notes`).
+        matmuls: the dtype family every name's matrix products run in (``"float8"``), or ``""``
+            (`PluginInfo.extra_matmuls`).
     """
 
     feature: str
     bases: tuple[tuple[str, str], ...]
     extra: str = ""
     imports: tuple[str, ...] = ()
+    cuda_capability: tuple[tuple[str, tuple[int, int]], ...] = ()
+    notes: tuple[tuple[str, str], ...] = ()
+    matmuls: str = ""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -95,6 +103,16 @@ def declared_extras(*features: ExtraPrecisions) -> tuple[tuple[str, str], ...]:
 def declared_imports(*features: ExtraPrecisions) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``(extra, modules)`` of every feature with an extra and modules to import, for `PluginInfo.extra_imports`."""
     return tuple((feature.extra, feature.imports) for feature in features if feature.extra and feature.imports)
+
+
+def declared_facts(*features: ExtraPrecisions) -> dict[str, Any]:
+    """``extra_cuda_capability``, ``extra_notes`` and ``extra_matmuls`` of ``features``, as keyword arguments of
+    [`PluginInfo`][precision_base.PluginInfo]."""
+    return {
+        "extra_cuda_capability": tuple(pair for feature in features for pair in feature.cuda_capability),
+        "extra_notes": tuple(pair for feature in features for pair in feature.notes),
+        "extra_matmuls": tuple((name, f.matmuls) for f in features if f.matmuls for name in f.names),
+    }
 
 
 def base_precision(precision: str, features: Iterable[ExtraPrecisions]) -> str:

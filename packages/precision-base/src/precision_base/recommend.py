@@ -8,12 +8,15 @@ facts (imports torch; the registry reads metadata only). The rules, in order:
 * **device**: a CUDA GPU when there is one, else the CPU;
 * **precision**: on a GPU, ``bf16-mixed`` from compute capability 8.0 (Ampere) on, else ``16-mixed`` (a loss scaler
   keeps fp16 gradients from underflowing); on a CPU, ``bf16-mixed`` where it computes bfloat16 natively
-  (AVX512-BF16 or AMX), else ``32-true`` (torch emulates bfloat16 there, slower than float32). ``*-true`` and
-  ``fp8-*`` / ``mxfp8-*`` are never the suggestion: they are alternatives where they can run (``*-true`` has no
-  float32 master weights; fp8 pays off only for large Linear layers, on compute capability 8.9+ with torchao; MXFP8
-  needs 10.0+, Blackwell);
-* **backend**: ``fsdp`` when installed (FSDP2 runs on CPU and GPU), else ``deepspeed``, else any other installed
-  backend that offers the precision.
+  (AVX512-BF16 or AMX), else ``32-true`` (torch emulates bfloat16 there, slower than float32). ``*-true`` and a
+  backend's extra precisions are never the suggestion: they are alternatives where they can run (``*-true`` has no
+  float32 master weights; an extra precision runs where its plugin says, `PluginInfo.extra_cuda_capability`, and
+  trades what its plugin says, `PluginInfo.extra_notes`);
+* **backend**: the installed backend that offers the precision with the lowest `PluginInfo.preference` (ties by
+  name).
+
+Nothing here names a backend or a recipe: what a backend offers, needs and trades comes from its plugin's
+[`PluginInfo`][precision_base.PluginInfo], which [`read_machine`][precision_base.recommend.read_machine] reads.
 
 Everything that cannot run here, or runs worse than the suggestion, is listed as ruled out with the reason.
 """
@@ -26,13 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from precision_base.cpu_half import CPU_FP16_EMULATED
-from precision_base.spec import PRECISIONS
 
-PREFERRED_BACKENDS: tuple[str, ...] = ("fsdp", "deepspeed")
-"""Backends in the order they are preferred; others follow, sorted by name."""
-
-FP8_CAPABILITY: tuple[int, int] = (8, 9)
-MXFP8_CAPABILITY: tuple[int, int] = (10, 0)
 BF16_CAPABILITY: tuple[int, int] = (8, 0)
 
 
@@ -47,10 +44,12 @@ class MachineFacts:
         gpu_name: the first CUDA GPU's name.
         gpu_count: how many CUDA GPUs torch sees.
         backends: each usable backend (status ``ok``) -> the precisions it offers here (extras included, those
-            whose requirements are missing left out).
+            whose requirements are missing left out), most preferred first.
         unusable: each backend that cannot be used -> why (its status and reason), and ``"<backend>:<precision>"``
-            -> why, for an offered precision that is unavailable (e.g. fp8 without torchao).
-        torchao: torchao's version, ``None`` when not installed.
+            -> why, for an offered precision that is unavailable (its optional extra is not installed).
+        about: each usable backend -> one line saying what it is (its distribution and summary).
+        needs_gpu: ``"<backend>:<precision>"`` -> the least CUDA compute capability that precision computes on.
+        notes: ``"<backend>:<precision>"`` -> what that extra precision trades, one line.
     """
 
     cpu_bf16: bool = False
@@ -60,13 +59,18 @@ class MachineFacts:
     gpu_count: int = 0
     backends: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     unusable: Mapping[str, str] = field(default_factory=dict)
-    torchao: Optional[str] = None
+    about: Mapping[str, str] = field(default_factory=dict)
+    needs_gpu: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    notes: Mapping[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["cuda_capability"] = list(self.cuda_capability) if self.cuda_capability else None
         data["backends"] = {k: list(v) for k, v in self.backends.items()}
         data["unusable"] = dict(self.unusable)
+        data["about"] = dict(self.about)
+        data["needs_gpu"] = {k: list(v) for k, v in self.needs_gpu.items()}
+        data["notes"] = dict(self.notes)
         return data
 
 
@@ -116,11 +120,6 @@ class Recommendation:
         return "\n".join(lines)
 
 
-def _backend_order(backends: Mapping[str, tuple[str, ...]]) -> list[str]:
-    preferred = [b for b in PREFERRED_BACKENDS if b in backends]
-    return preferred + sorted(b for b in backends if b not in PREFERRED_BACKENDS)
-
-
 def _device_line(facts: MachineFacts) -> str:
     if facts.cuda_capability is None:
         return "device: the CPU (torch sees no CUDA GPU)"
@@ -153,27 +152,18 @@ def _precision(facts: MachineFacts) -> tuple[str, str]:
     )
 
 
-def _cannot_run(facts: MachineFacts, precision: str) -> Optional[str]:
-    """Why ``precision`` cannot run on this machine's device (any backend), or ``None``."""
+def _cannot_run(facts: MachineFacts, spec: str, precision: str) -> Optional[str]:
+    """Why ``precision`` (offered as ``spec``) cannot run on this machine's device, or ``None``."""
     gpu = facts.cuda_capability
-    if precision.startswith("mxfp8-"):
-        if facts.torchao is None:
-            return 'needs torchao (pip install "precision-fsdp[fp8]")'
+    needed = facts.needs_gpu.get(spec)
+    if needed is not None:
+        least = "{}.{}".format(*needed)
         if gpu is None:
             return (
-                "needs a CUDA GPU with MXFP8 (compute capability 10.0+, Blackwell); on a CPU torchao only emulates it "
-                "(tests only)"
+                f"needs a CUDA GPU of compute capability {least}+ for its matmuls; on a CPU it is only emulated (tests)"
             )
-        if gpu < MXFP8_CAPABILITY:
-            return "needs compute capability 10.0+ for MXFP8 matmuls (B200, ...), this GPU has {}.{}".format(*gpu)
-        return None
-    if precision.startswith("fp8-"):
-        if facts.torchao is None:
-            return 'needs torchao (pip install "precision-fsdp[fp8]")'
-        if gpu is None:
-            return "needs a CUDA GPU with FP8 (compute capability 8.9+); on a CPU torchao only emulates it (tests only)"
-        if gpu < FP8_CAPABILITY:
-            return "needs compute capability 8.9+ for FP8 matmuls (L4, H100, ...), this GPU has {}.{}".format(*gpu)
+        if gpu < needed:
+            return f"needs compute capability {least}+ for its matmuls, this GPU has " + "{}.{}".format(*gpu)
         return None
     if "bf16" in precision and gpu is not None and gpu < BF16_CAPABILITY:
         return "needs bfloat16, which compute capability {}.{} lacks (8.0+)".format(*gpu)
@@ -191,7 +181,7 @@ def _worse_reason(facts: MachineFacts, precision: str, suggested: str) -> Option
     return None
 
 
-def _alternative_reason(precision: str) -> str:
+def _alternative_reason(facts: MachineFacts, spec: str, precision: str) -> str:
     if precision == "32-true":
         return "float32 throughout: the exact reference; more memory and, where half types are native, slower"
     if precision.endswith("-true"):
@@ -201,39 +191,28 @@ def _alternative_reason(precision: str) -> str:
         )
     if precision == "16-mixed":
         return "float16 compute with a loss scaler"
-    if precision.startswith("fp8-"):
-        return (
-            "float8 matmuls for large Linear layers (thousands wide), the rest bf16-mixed; slower than bf16-mixed "
-            "for small ones"
-        )
-    if precision.startswith("mxfp8-"):
-        return (
-            "MXFP8 matmuls (float8 with a scale per 32 values) for large bias-free Linear layers, the rest bf16-mixed"
-        )
-    return "also runs here"
+    return facts.notes.get(spec, "offered by the backend; not judged here")
 
 
 def recommend(facts: MachineFacts) -> Recommendation:
     """The plugin name to train with on a machine described by ``facts``, with the reasons and the names ruled out."""
     precision, precision_line = _precision(facts)
-    order = _backend_order(facts.backends)
+    order = list(facts.backends)
     ruled_out = [Choice(name, why) for name, why in facts.unusable.items()]
     backend = next((b for b in order if precision in facts.backends[b]), None)
     if backend is None:
         reasons = [_device_line(facts), precision_line]
         if not facts.backends:
-            reasons.append(
-                "backend: none installed that can be used; pip install precision-fsdp (or precision-deepspeed)"
-            )
+            from precision_base.statuses import PUBLISHED_DISTRIBUTIONS
+
+            names = " (or ".join(PUBLISHED_DISTRIBUTIONS.values()) + ")" * (len(PUBLISHED_DISTRIBUTIONS) - 1)
+            reasons.append(f"backend: none installed that can be used; pip install {names}")
         else:
             reasons.append(f"backend: no installed backend offers {precision} ({', '.join(order)} installed)")
         return Recommendation(None, tuple(reasons), (), tuple(ruled_out), facts)
     suggested = f"{backend}:{precision}"
     others = [b for b in order if b != backend]
-    backend_line = f"backend {backend}: " + {
-        "fsdp": "precision-fsdp is installed; FSDP2 shards parameters, gradients and optimizer state, on CPU and GPU",
-        "deepspeed": "precision-deepspeed is installed (precision-fsdp is not); DeepSpeed ZeRO, on CPU and GPU",
-    }.get(backend, "installed and offers the precision")
+    backend_line = f"backend {backend}: " + facts.about.get(backend, "installed and offers the precision")
     if others:
         backend_line += f" (preferred over {', '.join(others)})"
     alternatives: list[Choice] = []
@@ -242,17 +221,15 @@ def recommend(facts: MachineFacts) -> Recommendation:
             spec = f"{name}:{offered}"
             if spec == suggested:
                 continue
-            why_not = _cannot_run(facts, offered)
+            why_not = _cannot_run(facts, spec, offered)
             if why_not is None:
                 why_not = _worse_reason(facts, offered, precision)
             if why_not is not None:
                 ruled_out.append(Choice(spec, why_not))
             elif offered == precision:
                 alternatives.append(Choice(spec, f"the same precision through {name} instead of {backend}"))
-            elif offered in PRECISIONS or offered.startswith(("fp8-", "mxfp8-")):
-                alternatives.append(Choice(spec, _alternative_reason(offered)))
             else:
-                alternatives.append(Choice(spec, "offered by the backend; not judged here"))
+                alternatives.append(Choice(spec, _alternative_reason(facts, spec, offered)))
     return Recommendation(
         suggested, (_device_line(facts), precision_line, backend_line), tuple(alternatives), tuple(ruled_out), facts
     )
@@ -260,10 +237,8 @@ def recommend(facts: MachineFacts) -> Recommendation:
 
 def read_machine() -> MachineFacts:
     """This machine's [`MachineFacts`][precision_base.recommend.MachineFacts]: the CPU's native half types and the first
-    CUDA GPU (torch), the
-    registry's backends (metadata and info modules only) and torchao's version (metadata only)."""
-    from importlib import metadata
-
+    CUDA GPU (torch), and the registry's backends (metadata and info modules only) in their plugins' order of
+    preference, with what their plugins declare of each extra precision."""
     import torch
 
     from precision_base._compat import cpu_native_half
@@ -279,18 +254,21 @@ def read_machine() -> MachineFacts:
         capability, name = (int(major), int(minor)), torch.cuda.get_device_name(0)
     backends: dict[str, tuple[str, ...]] = {}
     unusable: dict[str, str] = {}
-    for entry in list_plugins():
-        if entry.status != "ok":
+    about: dict[str, str] = {}
+    needs_gpu: dict[str, tuple[int, int]] = {}
+    notes: dict[str, str] = {}
+    entries = list_plugins()
+    for entry in sorted(entries, key=lambda e: (e.info.preference if e.info is not None else 100, e.backend)):
+        if entry.status != "ok" or entry.info is None:
             unusable[f"{entry.backend}:*"] = f"{entry.status}: {entry.reason}"
             continue
         missing = dict(entry.unavailable)
         backends[entry.backend] = tuple(p for p in entry.precisions + entry.extra_precisions if p not in missing)
         unusable.update({f"{entry.backend}:{p}": f"unavailable: it {why}" for p, why in missing.items()})
-    try:
-        torchao: Optional[str] = metadata.version("torchao")
-    except metadata.PackageNotFoundError:
-        torchao = None
-    return MachineFacts(cpu_bf16, cpu_fp16, capability, name, count, backends, unusable, torchao)
+        about[entry.backend] = f"{entry.distribution} is installed; {entry.summary}" if entry.summary else "installed"
+        needs_gpu.update({f"{entry.backend}:{p}": (cc[0], cc[1]) for p, cc in entry.info.extra_cuda_capability})
+        notes.update({f"{entry.backend}:{p}": line for p, line in entry.info.extra_notes})
+    return MachineFacts(cpu_bf16, cpu_fp16, capability, name, count, backends, unusable, about, needs_gpu, notes)
 
 
 __all__ = ["Choice", "MachineFacts", "Recommendation", "read_machine", "recommend"]

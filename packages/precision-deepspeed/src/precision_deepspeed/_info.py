@@ -13,4 +13,5 @@ INFO = PluginInfo(
     fabric_class="precision_deepspeed.fabric:DeepSpeedPrecision",
     strategy="lightning.pytorch.strategies.DeepSpeedStrategy (GPUs) or precision_deepspeed.DeepSpeedCPUStrategy (CPU)",
     summary="DeepSpeed engine precision with a plugin-owned config section; runs on CPU too",
+    preference=20,  # recommend's choice where precision-fsdp is not installed
 )

@@ -32,8 +32,33 @@ FLOAT8: Final[ExtraPrecisions] = ExtraPrecisions(
     bases=tuple((name, "bf16-mixed") for name in RECIPES),
     extra="fp8",  # torchao, from precision-fsdp[fp8]
     imports=("torchao.float8",),  # installed but failing to import (a torchao built for another torch): broken
+    # FP8 tensor cores from compute capability 8.9 (Ada, Hopper); MX scaling from 10.0 (Blackwell)
+    cuda_capability=(
+        *((name, (8, 9)) for name in FP8_RECIPES),
+        *((name, (10, 0)) for name in MX_RECIPES),
+    ),
+    notes=(
+        *(
+            (
+                name,
+                "float8 matmuls for large Linear layers (thousands wide), the rest bf16-mixed; slower than "
+                "bf16-mixed for small ones",
+            )
+            for name in FP8_RECIPES
+        ),
+        *(
+            (
+                name,
+                "MXFP8 matmuls (float8 with a scale per 32 values) for large bias-free Linear layers, the rest "
+                "bf16-mixed",
+            )
+            for name in MX_RECIPES
+        ),
+    ),
+    matmuls="float8",
 )
-"""The float8 feature's extra precisions: every recipe, based on ``bf16-mixed``, needing the ``fp8`` extra."""
+"""The float8 feature's extra precisions: every recipe, based on ``bf16-mixed``, needing the ``fp8`` extra, what
+each needs of a GPU and trades (read by ``recommend``), and that their matmuls run in float8 (read by the audit)."""
 
 EXTRA_PRECISIONS: Final[tuple[tuple[str, str], ...]] = FLOAT8.bases
 """The plugin's extra precisions, each with the precision the rest of the model follows."""

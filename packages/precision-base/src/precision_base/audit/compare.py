@@ -10,14 +10,14 @@ float32 through [`precision_base.keep_fp32`][]; nothing plugin-specific):
 |  | each op); float32 inside kept modules |
 | autocast | ``autocast`` (``"off"`` when ``None``); ``"off"`` inside kept modules |
 | compute | ``compute`` for every matmul module's output; float32 inside kept modules |
-| float8 | fp8 precisions (``fp8-*``): float8 matrix products in at least one layer, and in every |
-|  | ``Float8*`` layer |
+| float8 | precisions whose plugin declares float8 matmuls (`PluginInfo.extra_matmuls`): float8 |
+|  | matrix products in at least one layer, and in every ``Float8*`` layer |
 | gradients | ``parameters`` (what the optimizer sees is in the dtype of what it updates) |
 | optimizer state | ``parameters`` |
 | reduction | ``reduction`` for floating collectives of more than one element (scalars such as |
 |  | gradient norms, overflow flags and logged metrics are shown, not compared); float32 |
 |  | too where a kept module's parameters were gathered in float32 (its own unit) |
-| gathering | as forward parameters (float8 too for fp8 precisions; float32 too as for reduction) |
+| gathering | as forward parameters (float8 too for float8 precisions; float32 too as for reduction) |
 | buffers | ``buffers``; float32 inside kept modules |
 | inputs | ``inputs`` for the floating tensors ``convert_input`` returns |
 | loss scale | above 1 when ``compute`` is float16 and ``parameters`` float32 (fp16 mixed), else none |
@@ -40,9 +40,17 @@ MAX_NAMES = 2
 """How many module names a row's subject lists before ``+N more``."""
 
 
-def is_fp8_precision(precision: str) -> bool:
-    """Whether a precision name is a float8 recipe (``fp8-tensorwise``, ``fp8-rowwise``, ``mxfp8-*``, ``float8-*``)."""
-    return precision.split("-", 1)[0] in ("fp8", "float8", "mxfp8")
+def declares_float8(plugin: Any) -> bool:
+    """Whether ``plugin``'s precision runs its matrix products in float8, as its backend's
+    [`PluginInfo.extra_matmuls`][precision_base.PluginInfo] declares (a plugin no registry knows declares nothing)."""
+    from precision_base.registry import get_entry
+
+    backend, precision = getattr(plugin, "backend", None), str(getattr(plugin, "precision", ""))
+    try:
+        info = get_entry(str(backend)).info
+    except Exception:  # not a registered backend (a test double, a plugin built by hand): no declaration
+        return False
+    return info is not None and dict(info.extra_matmuls).get(precision) == "float8"
 
 
 def _either(*dtypes: str) -> str:
@@ -115,10 +123,11 @@ def _collective_rows(calls: list[Collective], reduction: str, gathering: str) ->
 
 
 def build_rows(
-    recorder: Recorder, table: DtypeTable, precision: str, loss_scale: Optional[float], world_size: int
+    recorder: Recorder, table: DtypeTable, loss_scale: Optional[float], world_size: int, *, float8: bool = False
 ) -> list[AuditRow]:
-    """The report's rows: every observation of ``recorder`` against ``table``."""
-    fp8 = is_fp8_precision(precision)
+    """The report's rows: every observation of ``recorder`` against ``table``; ``float8``: the precision declares
+    float8 matmuls ([`declares_float8`][precision_base.audit.compare.declares_float8])."""
+    fp8 = float8
     forward = table.compute if table.autocast is None else _either(table.compute, table.parameters)
     modules = list(recorder.modules.items())
     rows: list[AuditRow] = []
@@ -218,4 +227,4 @@ def plugin_loss_scale(plugin: Any, strategy: Any) -> Optional[float]:
     return None if value is None else float(value)
 
 
-__all__ = ["build_rows", "is_fp8_precision", "plugin_loss_scale"]
+__all__ = ["build_rows", "declares_float8", "plugin_loss_scale"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Optional
 
-from precision_base.audit.compare import build_rows, is_fp8_precision, plugin_loss_scale
+from precision_base.audit.compare import build_rows, declares_float8, plugin_loss_scale
 from precision_base.audit.observe import Recorder
 from precision_base.audit.report import AuditReport, AuditRow
 from precision_base.contract import DtypeTable
@@ -85,8 +85,8 @@ class AuditSession:
         self.steps = steps
         self.strict = strict
         self.strategy = strategy
-        precision = str(getattr(plugin, "precision", ""))
-        self.recorder = Recorder(plugin, model, optimizers, watch_float8=is_fp8_precision(precision))
+        self.float8 = declares_float8(plugin)
+        self.recorder = Recorder(plugin, model, optimizers, watch_float8=self.float8)
         self.report: Optional[AuditReport] = None
 
     def start(self) -> None:
@@ -108,11 +108,7 @@ class AuditSession:
         rank, world = _distributed()
         steps = self.recorder.optimizer_steps if observed_steps is None else observed_steps
         rows = build_rows(
-            self.recorder,
-            self.table,
-            str(getattr(self.plugin, "precision", "")),
-            plugin_loss_scale(self.plugin, self.strategy),
-            world,
+            self.recorder, self.table, plugin_loss_scale(self.plugin, self.strategy), world, float8=self.float8
         )
         report = AuditReport(_spec(self.plugin), steps, rank, tuple(rows))
         report = AuditReport(report.spec, steps, rank, report.rows, _gather_mismatches(report.rows, rank, world))

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "error": "❌ error", "skipped": "⏭ skipped"}
+STATUS_MARK = {"passed": "passed", "failed": "**failed**", "error": "**error**", "skipped": "skipped"}
 COLUMNS = ("torch", "lightning", "deepspeed", "precision-base")
 """Installed versions shown per cell; torch with its build tag (``+cpu``, ``+cu121``: test counts differ by build)."""
 
@@ -124,10 +124,10 @@ def _real_fit(cell: dict[str, Any]) -> str:
     if not fit or not any(fit[k] for k in ("passed", "failed", "skipped")):
         return "-"
     if fit["failed"]:
-        return f"❌ {fit['failed']} of {fit['passed'] + fit['failed'] + fit['skipped']} failed"
+        return f"**{fit['failed']} of {fit['passed'] + fit['failed'] + fit['skipped']} failed**"
     if fit["passed"]:
-        return f"✅ trains ({fit['passed']} checks)" + (f", {fit['skipped']} skipped" if fit["skipped"] else "")
-    return "⏭ skipped: " + "; ".join(fit["skip_reasons"])
+        return f"trains ({fit['passed']} checks)" + (f", {fit['skipped']} skipped" if fit["skipped"] else "")
+    return "skipped: " + "; ".join(fit["skip_reasons"])
 
 
 def _cpu(cell: dict[str, Any]) -> str:

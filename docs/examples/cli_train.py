@@ -9,5 +9,7 @@ from quick_fsdp import Model
 import precision_base
 
 if __name__ == "__main__":
-    cli = LightningCLI(Model, trainer_class=precision_base.Trainer, save_config_callback=None)
+    cli = LightningCLI(
+        Model, trainer_class=precision_base.Trainer, save_config_callback=None
+    )
     print(cli.trainer.precision_plugin.spec)

@@ -1,5 +1,6 @@
-"""FP8 training by name: fsdp:fp8-tensorwise (torchao). On a CPU it runs torchao's emulation (fp8_emulate=True), a
-test device; on a GPU with FP8 (compute capability 8.9+) drop fp8_emulate."""
+"""FP8 training by name: fsdp:fp8-tensorwise (torchao). On a CPU it runs torchao's
+emulation (fp8_emulate=True), a test device; on a GPU with FP8 (compute capability 8.9+)
+drop fp8_emulate."""
 
 import torch
 from lightning.pytorch import LightningModule
@@ -35,6 +36,9 @@ class Model(LightningModule):
 
 if __name__ == "__main__":
     emulate = not torch.cuda.is_available()
-    trainer = Trainer(precision_plugin=resolve("fsdp:fp8-tensorwise", fp8_emulate=emulate), max_steps=4)
+    trainer = Trainer(
+        precision_plugin=resolve("fsdp:fp8-tensorwise", fp8_emulate=emulate),
+        max_steps=4,
+    )
     trainer.fit(Model())
     print("converted:", trainer.precision_plugin.fp8_converted)

@@ -1,4 +1,5 @@
-"""keep_fp32: the head and every LayerNorm compute in float32 while the rest runs in bf16; runs on a CPU."""
+"""keep_fp32: the head and every LayerNorm compute in float32 while the rest runs in
+bf16; runs on a CPU."""
 
 import torch
 from lightning.pytorch import LightningModule
@@ -10,13 +11,21 @@ from precision_base import Trainer, resolve
 class Model(LightningModule):
     def __init__(self):
         super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.GELU())
+        self.body = torch.nn.Sequential(
+            torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.GELU()
+        )
         self.lm_head = torch.nn.Linear(16, 1)
         self.seen = {}
 
     def on_fit_start(self):
-        for name, module in [("body.0", self.body[0]), ("body.1", self.body[1]), ("lm_head", self.lm_head)]:
-            module.register_forward_hook(lambda m, args, out, name=name: self.seen.update({name: out.dtype}))
+        for name, module in [
+            ("body.0", self.body[0]),
+            ("body.1", self.body[1]),
+            ("lm_head", self.lm_head),
+        ]:
+            module.register_forward_hook(
+                lambda m, args, out, name=name: self.seen.update({name: out.dtype})
+            )
 
     def training_step(self, batch, batch_idx):
         x, y = batch

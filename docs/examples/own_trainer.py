@@ -1,4 +1,5 @@
-"""Your own Trainer subclass takes ``precision_plugin=`` through the mixin, in either Lightning namespace."""
+"""Your own Trainer subclass takes ``precision_plugin=`` through the mixin, in either
+Lightning namespace."""
 
 import lightning
 from quick_fsdp import Model
@@ -7,7 +8,8 @@ from precision_base import PrecisionPluginTrainerMixin
 
 
 class MyTrainer(PrecisionPluginTrainerMixin, lightning.Trainer):
-    """The mixin comes first: it turns ``precision_plugin=`` into what Lightning's Trainer accepts."""
+    """The mixin comes first: it turns ``precision_plugin=`` into what Lightning's
+    Trainer accepts."""
 
 
 if __name__ == "__main__":

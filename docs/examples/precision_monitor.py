@@ -1,4 +1,5 @@
-"""Log the loss scale and skipped steps of fsdp:16-mixed with PrecisionMonitor; runs on a CPU-only machine."""
+"""Log the loss scale and skipped steps of fsdp:16-mixed with PrecisionMonitor; runs on
+a CPU-only machine."""
 
 import csv
 from pathlib import Path
@@ -14,12 +15,15 @@ from precision_base import PrecisionMonitor, Trainer, resolve
 class Model(LightningModule):
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1)
+        )
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.net(x).float(), y)
-        return loss * float("inf") if self.global_step == 2 else loss  # one overflowing step, on purpose
+        # one overflowing step, on purpose
+        return loss * float("inf") if self.global_step == 2 else loss
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=1e-2)
@@ -35,10 +39,13 @@ if __name__ == "__main__":
         max_steps=4,
         logger=CSVLogger("logs", name="monitor"),
         callbacks=[PrecisionMonitor(logging_interval=1)],
-        gradient_clip_val=1.0,  # clipping by norm computes the unscaled gradient norm, which is logged too
+        # clipping by norm computes the unscaled gradient norm, which is logged too
+        gradient_clip_val=1.0,
     )
     trainer.fit(Model())
     (metrics,) = Path("logs").rglob("metrics.csv")
     with metrics.open() as f:
         for row in csv.DictReader(f):
-            print(row["step"], row["precision/loss_scale"], row["precision/skipped_steps"])
+            print(
+                row["step"], row["precision/loss_scale"], row["precision/skipped_steps"]
+            )

@@ -1,4 +1,5 @@
-"""An fp32 tail: train fsdp:bf16-mixed, switch to fsdp:32-true for the last half; runs on a CPU-only machine."""
+"""An fp32 tail: train fsdp:bf16-mixed, switch to fsdp:32-true for the last half; runs
+on a CPU-only machine."""
 
 import torch
 from lightning.pytorch import LightningModule
@@ -10,7 +11,9 @@ from precision_base import PrecisionAudit, PrecisionSchedule, Trainer
 class Model(LightningModule):
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1)
+        )
         self.seen = []  # (step, dtype the first Linear computed in, loss)
 
     def training_step(self, batch, batch_idx):
@@ -29,9 +32,16 @@ class Model(LightningModule):
 
 
 if __name__ == "__main__":
-    schedule = PrecisionSchedule({0: "fsdp:bf16-mixed", 0.5: "fsdp:32-true"})  # from step 4 of 8 on: float32
-    audit = PrecisionAudit(strict=True, at_step=4)  # audits the first step after the switch
-    trainer = Trainer(precision_plugin="fsdp:bf16-mixed", max_steps=8, callbacks=[schedule, audit], logger=False)
+    # from step 4 of 8 on: float32
+    schedule = PrecisionSchedule({0: "fsdp:bf16-mixed", 0.5: "fsdp:32-true"})
+    # audits the first step after the switch
+    audit = PrecisionAudit(strict=True, at_step=4)
+    trainer = Trainer(
+        precision_plugin="fsdp:bf16-mixed",
+        max_steps=8,
+        callbacks=[schedule, audit],
+        logger=False,
+    )
     model = Model()
     trainer.fit(model)
     for step, dtype, loss in model.seen:

@@ -1,4 +1,5 @@
-"""The same names with the ``pytorch_lightning`` package (a LightningModule of that namespace)."""
+"""The same names with the ``pytorch_lightning`` package (a LightningModule of that
+namespace)."""
 
 import pytorch_lightning as pl
 import torch
@@ -10,7 +11,9 @@ from precision_base.pytorch_lightning import Trainer
 class Model(pl.LightningModule):
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1)
+        )
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -27,4 +30,7 @@ class Model(pl.LightningModule):
 if __name__ == "__main__":
     trainer = Trainer(precision_plugin="fsdp:bf16-mixed", max_steps=2, logger=False)
     trainer.fit(Model())
-    print(isinstance(trainer.strategy, pl.strategies.ModelParallelStrategy), trainer.precision_plugin.spec)
+    print(
+        isinstance(trainer.strategy, pl.strategies.ModelParallelStrategy),
+        trainer.precision_plugin.spec,
+    )

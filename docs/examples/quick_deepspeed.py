@@ -1,4 +1,5 @@
-"""DeepSpeed ZeRO-2 with bf16 mixed precision: runs as written on a CPU-only machine (and on GPUs)."""
+"""DeepSpeed ZeRO-2 with bf16 mixed precision: runs as written on a CPU-only machine
+(and on GPUs)."""
 
 import torch
 from lightning.pytorch import LightningModule
@@ -10,7 +11,9 @@ from precision_base import Trainer
 class Model(LightningModule):
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1)
+        )
 
     def training_step(self, batch, batch_idx):
         x, y = batch

@@ -1,4 +1,5 @@
-"""FSDP2 with mixed precision in one line: runs as written on a CPU-only machine (and on GPUs)."""
+"""FSDP2 with mixed precision in one line: runs as written on a CPU-only machine (and on
+GPUs)."""
 
 import torch
 from lightning.pytorch import LightningModule

@@ -1,4 +1,5 @@
-"""The docs' example plugin, checked by the conformance kit and trained for a few steps through the Trainer."""
+"""The docs' example plugin, checked by the conformance kit and trained for a few steps
+through the Trainer."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ class TestCastPrecisionConformance(PluginConformance):
 def test_alias_and_refusal() -> None:
     with registered(INFO, plugin_class=CastPrecision):
         assert resolve("cast:bf16-true").precision == "bf16-true"
-        with pytest.raises(UnsupportedPrecisionError, match="offers 16-true, bf16-true"):
-            resolve("cast:bf16")  # the alias means bf16-mixed, which this plugin does not offer
+        with pytest.raises(
+            UnsupportedPrecisionError, match="offers 16-true, bf16-true"
+        ):
+            # the alias means bf16-mixed, which this plugin does not offer
+            resolve("cast:bf16")
 
 
 def test_trains_through_the_front_door(tmp_path: object) -> None:
@@ -36,8 +40,11 @@ def test_trains_through_the_front_door(tmp_path: object) -> None:
             seen.append(self.layer.weight.dtype)
             return super().training_step(batch, batch_idx)
 
-        def loss(self, preds: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-            # torch 2.4's CPU kernels have no bfloat16 mse_loss ("mse_cpu" not implemented for 'BFloat16')
+        def loss(
+            self, preds: torch.Tensor, labels: torch.Tensor | None = None
+        ) -> torch.Tensor:
+            # torch 2.4's CPU kernels have no bfloat16 mse_loss ("mse_cpu" not
+            # implemented for 'BFloat16')
             return super().loss(preds.float(), labels)
 
     with registered(INFO, plugin_class=CastPrecision):

@@ -19,15 +19,23 @@ from tools.docgen.__main__ import pages  # noqa: E402
 def test_generated_text_in_the_pages_is_current() -> None:
     """``python -m tools.docgen --check`` (``cog --check`` over the pages with a block): what CI runs."""
     done = subprocess.run(
-        [sys.executable, "-m", "tools.docgen", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "tools.docgen", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert done.returncode == 0, f"stale generated text; run python -m tools.docgen\n{done.stdout}{done.stderr}"
+    assert done.returncode == 0, (
+        f"stale generated text; run python -m tools.docgen\n{done.stdout}{done.stderr}"
+    )
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.name)
 def test_no_documented_error_went_missing(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
-    assert "no error was raised" not in text, "a documented error is no longer raised: update the docs"
+    assert "no error was raised" not in text, (
+        "a documented error is no longer raised: update the docs"
+    )
 
 
 def test_error_sections_show_each_error_type() -> None:

@@ -11,6 +11,11 @@ from test_guides import run_example
 @pytest.mark.slow
 def test_fabric_guide_example(tmp_path: Path) -> None:
     out = run_example("fabric_guide.py", tmp_path)
-    assert "fsdp:bf16-mixed ModelParallelStrategy parameters torch.float32 loss falls True" in out, out
+    assert (
+        "fsdp:bf16-mixed ModelParallelStrategy parameters torch.float32 loss falls True"
+        in out
+    ), out
     assert "loaded step 4" in out, out
-    assert (tmp_path / "checkpoint").is_dir(), "fabric.save wrote a distributed checkpoint folder"
+    assert (tmp_path / "checkpoint").is_dir(), (
+        "fabric.save wrote a distributed checkpoint folder"
+    )

@@ -14,11 +14,23 @@ HERE = Path(__file__).resolve().parent
 
 
 def run_example(name: str, cwd: Path, *args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(HERE), "DS_BUILD_OPS": "0", "DS_SKIP_CUDA_CHECK": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(HERE),
+        "DS_BUILD_OPS": "0",
+        "DS_SKIP_CUDA_CHECK": "1",
+    }
     done = subprocess.run(
-        [sys.executable, str(HERE / name), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(HERE / name), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     return done.stdout
 
 
@@ -42,7 +54,10 @@ def run_example(name: str, cwd: Path, *args: str) -> str:
         ),
         (
             "checkpoint_resume.py",
-            ["resumed from step 2, stopped at step 4", "the 16-mixed loss scaler state is dropped"],
+            [
+                "resumed from step 2, stopped at step 4",
+                "the 16-mixed loss scaler state is dropped",
+            ],
         ),
     ],
 )
@@ -63,7 +78,10 @@ def test_lightning_cli_takes_the_name(tmp_path: Path) -> None:
         "--trainer.logger",
         "false",
     ]
-    assert "fsdp:bf16-mixed" in run_example("cli_train.py", tmp_path, *args).splitlines()[-1]
+    assert (
+        "fsdp:bf16-mixed"
+        in run_example("cli_train.py", tmp_path, *args).splitlines()[-1]
+    )
 
 
 def test_precision_pitfalls_print_what_the_guide_says(tmp_path: Path) -> None:

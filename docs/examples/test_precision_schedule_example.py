@@ -14,7 +14,12 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.mark.slow
 def test_precision_schedule_example(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(HERE), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(HERE),
+        "CUDA_VISIBLE_DEVICES": "",
+        "OMP_NUM_THREADS": "1",
+    }
     done = subprocess.run(
         [sys.executable, str(HERE / "precision_schedule.py")],
         cwd=tmp_path,
@@ -23,9 +28,12 @@ def test_precision_schedule_example(tmp_path: Path) -> None:
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, f"precision_schedule.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"precision_schedule.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     lines = done.stdout.splitlines()[-9:]
     assert [line.split()[:2] for line in lines[:8]] == [
-        [str(step), "torch.bfloat16" if step < 4 else "torch.float32"] for step in range(8)
+        [str(step), "torch.bfloat16" if step < 4 else "torch.float32"]
+        for step in range(8)
     ]
     assert lines[8] == "32-true fsdp:32-true True"

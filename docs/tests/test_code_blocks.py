@@ -98,6 +98,28 @@ def test_every_python_block_compiles_alone(page: Path) -> None:
     assert bad == []
 
 
+COLUMNS = 88
+"""The widest line of Python a page shows: the text column is about 688 px at 1280 px (docs/examples/ruff.toml)."""
+
+
+SITE_PAGES = [page for page in PAGES if page.is_relative_to(ROOT / "docs")]
+"""The pages of the site (the READMEs are read on GitHub and PyPI, in a wider column)."""
+
+
+@pytest.mark.parametrize("page", SITE_PAGES, ids=_id)
+def test_python_on_a_page_fits_the_text_column(page: Path) -> None:
+    """Every Python block a page of the site shows, embedded examples included, is at most 88 columns wide: it
+    reads without scrolling in the page's text column at 1280 px."""
+    wide = [
+        f"{page.name} block at char {offset}: {len(line)} columns: {line.strip()[:60]!r}"
+        for offset, lang, code in blocks(page)
+        if lang in ("python", "py")
+        for line in code.splitlines()
+        if len(line) > COLUMNS
+    ]
+    assert wide == []
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_id)
 def test_a_block_importing_another_example_names_that_file_first(page: Path) -> None:
     text = page.read_text(encoding="utf-8")

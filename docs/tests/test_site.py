@@ -4,7 +4,8 @@ Every page of the site is loaded from a local server on 127.0.0.1 and checked fo
 
 * no console error or uncaught exception, except fonts that cannot load offline;
 * no code block (``pre``) and no table wider than its container (text cut off at the right edge), at 1280 px
-  and at a phone's 390 px: a wide one scrolls sideways inside it (a table keeps its first column in view);
+  and at a phone's 390 px: a wide one scrolls sideways inside it (a table keeps its first column in view); output,
+  error and tree blocks (``text``) wrap inside their box instead, and every block names its language;
 * no raw Sphinx role (``:class:``, ``:func:``, ...) or reST table border shown as text;
 * every image loads;
 * the copy button of a code block copies no ``$`` prompt;
@@ -43,6 +44,13 @@ PHONE_WIDTH = 390  # a common phone's CSS width
 HEIGHT = 900
 # Fonts come from Google's servers unless the theme is told not to use them; offline they cannot load.
 OFFLINE_FONTS = re.compile(r"fonts\.(googleapis|gstatic)\.com|\.woff2?\b|font", re.IGNORECASE)
+# Wording for the project's own developers, not for a reader: issue numbers, the maintainers, tests pinning things,
+# test files and torchao's source files named in prose. The pages written for contributors (architecture, releasing),
+# the changelogs and the API reference (docstrings) are left out.
+INTERNAL = re.compile(
+    r"\bissues? \d+\b|maintainers'|a test pins|\btests?/test_\w+\.py|torchao/(?:prototype|float8)/[\w/]+\.py"
+)
+NOT_FOR_READERS = ("/architecture/", "/releasing/", "/changelog/", "/reference/")
 RAW_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const|ref):`?|={6,} +={3,}")
 
 # Runs in the page: measures every code block and table against the box it has to fit in.
@@ -59,9 +67,11 @@ MEASURE_JS = """
   for (const pre of document.querySelectorAll('.md-content pre')) {
     const code = pre.querySelector('code') || pre;
     const style = getComputedStyle(code);
+    const fenced = pre.closest('[class*="language-"]');
+    const language = fenced ? (fenced.className.match(/language-([\\w-]+)/) || [])[1] : '';
     codeBlocks.push({
       white_space: style.whiteSpace, word_break: style.wordBreak, overflow_wrap: style.overflowWrap,
-      wide: over(code), scrolls: scrolls(code), text: describe(pre),
+      wide: over(code), scrolls: scrolls(code), text: describe(pre), language: language || '',
     });
     if ((over(code) && !scrolls(code)) || (over(pre) && !scrolls(pre))) {
       blocks.push({kind: 'pre', width: code.scrollWidth, visible: code.clientWidth, text: describe(pre)});
@@ -234,6 +244,7 @@ def measure_site(site: Path, width: int = WIDTH) -> dict[str, dict[str, Any]]:
                 page.wait_for_load_state("networkidle")
                 data = page.evaluate(MEASURE_JS)
                 text = data.pop("text")
+                data["internal"] = sorted(set(INTERNAL.findall(text)))
                 data["raw_roles"] = sorted(set(RAW_ROLE.findall(text)))
                 data["raw_role_count"] = len(RAW_ROLE.findall(text))
                 data["console_errors"] = [e for e in errors if not OFFLINE_FONTS.search(e)]
@@ -299,13 +310,32 @@ def test_no_code_block_or_table_overflows_on_a_phone(measured_on_a_phone: dict[s
     assert not found, f"{total} blocks wider than their container at {PHONE_WIDTH}px:\n{_report(found)}"
 
 
+def test_every_block_says_what_it_holds(measured: dict[str, dict[str, Any]]) -> None:
+    """Every code block carries its language class (``python``, ``bash``, ``text`` for output, errors and trees),
+    so that the styles (and these tests) tell code from what is read."""
+    blocks = [(page, b) for page, m in measured.items() for b in m["code_blocks"]]
+    unnamed = [f"{page}: {b['text']!r}" for page, b in blocks if not b["language"]]
+    assert not unnamed, "code blocks without a language:\n" + "\n".join(unnamed)
+
+
+def test_output_error_and_tree_blocks_wrap_inside_their_box_at_1280px(measured: dict[str, dict[str, Any]]) -> None:
+    """Output, error messages and trees (``text`` blocks) wrap their lines inside the box (``pre-wrap``): the end
+    of a long error line (its remedy) is on the page, not past the right edge."""
+    text = [(page, b) for page, m in measured.items() for b in m["code_blocks"] if b["language"] == "text"]
+    assert text, "the site has output blocks"
+    unwrapped = [f"{page}: {b['white_space']} {b['text']!r}" for page, b in text if b["white_space"] != "pre-wrap"]
+    assert not unwrapped, "text blocks that do not wrap:\n" + "\n".join(unwrapped)
+    wide = [f"{page}: {b['text']!r}" for page, b in text if b["wide"]]
+    assert not wide, f"text blocks wider than their box at {WIDTH}px:\n" + "\n".join(wide)
+
+
 def test_wide_code_blocks_scroll_and_keep_their_lines_on_a_phone(
     measured_on_a_phone: dict[str, dict[str, Any]],
 ) -> None:
-    """At 390 px a code block wider than the column scrolls horizontally (scrollWidth > clientWidth, overflow-x
-    auto) and never wraps: every block's computed white-space is ``pre`` (no continuation line at column 0), and
-    no block may break a name (word-break keep-all, overflow-wrap normal)."""
-    blocks = [(page, b) for page, m in measured_on_a_phone.items() for b in m["code_blocks"]]
+    """At 390 px a code block (Python, shell, TOML: not output) wider than the column scrolls horizontally
+    (scrollWidth > clientWidth, overflow-x auto) and never wraps: its computed white-space is ``pre`` (no
+    continuation line at column 0), and no block may break a name (word-break keep-all, overflow-wrap normal)."""
+    blocks = [(page, b) for page, m in measured_on_a_phone.items() for b in m["code_blocks"] if b["language"] != "text"]
     assert blocks, "the site has code blocks"
     wrapping = [f"{page}: {b['white_space']} {b['text']!r}" for page, b in blocks if b["white_space"] != "pre"]
     assert not wrapping, "code blocks that wrap their lines:\n" + "\n".join(wrapping)
@@ -352,6 +382,15 @@ def test_inline_code_never_splits_a_name_on_a_phone(measured_on_a_phone: dict[st
 def test_no_raw_sphinx_roles(measured: dict[str, dict[str, Any]]) -> None:
     found = {page: f"{m['raw_role_count']}x {m['raw_roles']}" for page, m in measured.items() if m["raw_roles"]}
     assert not found, f"raw Sphinx roles shown as text:\n{_report(found)}"
+
+
+def test_no_wording_meant_for_the_projects_developers(measured: dict[str, dict[str, Any]]) -> None:
+    """A reader's page names no issue number, no maintainer, no test that pins something, no test file and no
+    torchao source file: what a page says is for the user reading it."""
+    found = {
+        page: m["internal"] for page, m in measured.items() if m["internal"] and not page.startswith(NOT_FOR_READERS)
+    }
+    assert not found, f"wording for the project's developers on readers' pages:\n{_report(found)}"
 
 
 def test_copy_buttons_skip_prompts(measured: dict[str, dict[str, Any]]) -> None:

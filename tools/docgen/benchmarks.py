@@ -58,8 +58,12 @@ def _overhead_verdict(findings: list[str]) -> str:
 
 
 def _stale(problem: freshness.Problem) -> str:
-    since = f"stale since {problem.since}" if problem.since else "stale"
-    return f"**{since.capitalize()}**: {md_escape(str(problem))}"
+    """``**Stale since <commit>**`` and what to run; a reader gets the commit, not the commit messages (those are
+    in the warning a contributor sees)."""
+    if problem.since:
+        what = "the code it measures changed after it ran"
+        return f"**Stale since {problem.since}**: {what}; refresh: `{freshness.refresh_command(problem.benchmark)}`"
+    return f"**Stale**: {md_escape(str(problem))}"
 
 
 def staleness(problems: list[freshness.Problem]) -> list[str]:

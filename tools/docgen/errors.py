@@ -87,7 +87,7 @@ def _env(name: str, value: str) -> Iterator[None]:
 
 def registry_errors() -> str:
     from precision_base import PluginInfo
-    from precision_base.registry import DISABLE_ENV_VAR, Registry
+    from precision_base.registry import DISABLE_ENV_VAR, Registry, default_registry
 
     def registry(info: PluginInfo, dist: str, version: str) -> Registry:
         reg = Registry(group="precision_base.docs_examples_no_such_group")
@@ -112,9 +112,9 @@ def registry_errors() -> str:
         ),
         error_block("A near miss", 'resolve("fsbp:bf16-mixed")', raised(lambda: reg.resolve("fsbp:bf16-mixed"))),
         error_block(
-            "A precision the backend does not offer",
-            'resolve("fsdp:16-true")  # this fsdp offers 32-true and bf16-mixed',
-            raised(lambda: reg.resolve("fsdp:16-true")),
+            "A precision the backend does not offer (the installed precision-deepspeed says what it offers)",
+            'resolve("deepspeed:fp8-tensorwise")  # DeepSpeed has no float8 recipe',
+            raised(lambda: default_registry().resolve("deepspeed:fp8-tensorwise")),
         ),
     ]
     with _env(DISABLE_ENV_VAR, "fsdp"):

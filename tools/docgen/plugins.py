@@ -37,6 +37,20 @@ def plugins() -> str:
     return "\n".join(rows) + "\n\n" + "\n".join(details)
 
 
+def extra_precisions() -> str:
+    """Each installed backend's extra precisions, as its plugin declares them: ``"precision-fsdp: `a`, `b` and
+    `c`"``, backends joined by ``"; "`` (``"none installed here"`` without any)."""
+    from precision_base import list_plugins
+
+    parts = []
+    for entry in list_plugins():
+        names = [f"`{name}`" for name in getattr(entry, "extra_precisions", ())]
+        if names:
+            listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+            parts.append(f"{entry.distribution}: {listed}")
+    return "; ".join(parts) or "none installed here"
+
+
 def _tables(entry: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, dict[str, str]], list[str]]:
     """One backend's tables by precision: FSDP2 (or the only one), FSDP1 where it differs, the rows an extra
     precision adds (its own ``describe()`` section), and a line per precision whose table could not be made."""

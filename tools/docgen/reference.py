@@ -79,7 +79,7 @@ def pages() -> dict[str, str]:
             out[f"{name}.md"] = f"# `{name}`\n\n!!! note\n    `{name}` has no source in this tree.\n"
             nav.append(f"* [{name}]({name}.md)")
             continue
-        modules = [m for m in found if m != name]
+        modules = sorted(m for m in found if m != name)  # in the nav and the list: alphabetical, findable
         listing = "\n".join(f"- [`{m}`]({m}.md)" for m in modules)
         out[f"{name}.md"] = (
             f"# `{name}`\n\nGenerated from the docstrings in `{folder.as_posix()}`.\n\n{found[name]}\n"

@@ -163,7 +163,9 @@ def test_the_site_keeps_a_stale_result_and_marks_it_stale_since_the_change(repo:
     change = _commit(repo, "packages/precision-fsdp/src/precision_fsdp/plugin.py", "v2\n")
     page = benchmarks.glance(folder, repo)
     assert "Every result is current" not in page
-    assert f"- `overhead-fsdp`: **Stale since {change[:7]}**: overhead-fsdp: measured at commit" in page
+    stale = f"- `overhead-fsdp`: **Stale since {change[:7]}**: the code it measures changed after it ran; refresh: "
+    assert stale in page
     shown = page.split("### [Step time, FSDP2")[1]  # the result's own entry stays, marked
     assert f"- **Stale since {change[:7]}**:" in shown
-    assert "refresh: nox -s bench -- --update-docs --only overhead-fsdp" in shown
+    assert "refresh: `nox -s bench -- --update-docs --only overhead-fsdp`" in shown
+    assert "change packages/" not in page, "a reader gets the commit, not its message"

@@ -13,12 +13,15 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-def run_example(name: str, cwd: Path, *args: str) -> str:
+def run_example(name: str, cwd: Path, *args: str, **extra_env: str) -> str:
+    """Run ``docs/examples/<name>`` as a reader would (``python name ...`` in ``cwd``, the examples folder on the
+    path, DeepSpeed's ops not built) with ``extra_env`` added; its standard output, or a failure with its logs."""
     env = {
         **os.environ,
         "PYTHONPATH": str(HERE),
         "DS_BUILD_OPS": "0",
         "DS_SKIP_CUDA_CHECK": "1",
+        **extra_env,
     }
     done = subprocess.run(
         [sys.executable, str(HERE / name), *args],

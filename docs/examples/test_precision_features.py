@@ -3,35 +3,15 @@ pages say they print."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
-
-
-def _run(name: str, cwd: Path, **extra_env: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(HERE), **extra_env}
-    done = subprocess.run(
-        [sys.executable, str(HERE / name)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, (
-        f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    )
-    return done.stdout
+from test_guides import run_example
 
 
 @pytest.mark.slow
 def test_precision_monitor_example(tmp_path: Path) -> None:
-    out = _run("precision_monitor.py", tmp_path)
+    out = run_example("precision_monitor.py", tmp_path)
     assert out.splitlines()[-4:] == [
         "1 1024.0 0.0",
         "2 1024.0 0.0",
@@ -42,7 +22,7 @@ def test_precision_monitor_example(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_keep_fp32_example(tmp_path: Path) -> None:
-    out = _run("keep_fp32.py", tmp_path)
+    out = run_example("keep_fp32.py", tmp_path)
     assert out.splitlines()[-3:] == [
         "body.0 torch.bfloat16",
         "body.1 torch.float32",
@@ -52,9 +32,7 @@ def test_keep_fp32_example(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_keep_fp32_deepspeed_example(tmp_path: Path) -> None:
-    out = _run(
-        "keep_fp32_deepspeed.py", tmp_path, DS_BUILD_OPS="0", DS_SKIP_CUDA_CHECK="1"
-    )
+    out = run_example("keep_fp32_deepspeed.py", tmp_path)
     assert out.splitlines()[-3:] == [
         "body.0 torch.bfloat16",
         "body.1 torch.float32",
@@ -68,5 +46,5 @@ def test_fp8_example(tmp_path: Path) -> None:
         "torchao.float8",
         reason='torchao is not installed (pip install "precision-fsdp[fp8]")',
     )
-    out = _run("fp8_training.py", tmp_path)
+    out = run_example("fp8_training.py", tmp_path)
     assert out.splitlines()[-1] == "converted: ['net.2', 'net.4']"

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import precision_base
 from precision_fsdp import FSDP2Strategy, _compat
 from precision_fsdp.fabric import FSDP2Strategy as FabricFSDP2Strategy
-from precision_fsdp.sharding import count_units
+from precision_fsdp.sharding.units import count_units
 from precision_testsupport.launch import world_size
 from precision_testsupport.models import QUIET
 

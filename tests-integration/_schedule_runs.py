@@ -164,7 +164,7 @@ def fits(args: dict[str, Any], fit_one: Callable[[dict[str, Any], Path], dict[st
 def deepspeed_refusal(args: dict[str, Any]) -> dict[str, Any] | None:
     """A real ``deepspeed:bf16-mixed`` Trainer (precision-deepspeed's CPU strategy, ZeRO stage 2) with a schedule to
     ``32-true``: the refusal at ``setup``, the steps run (none), and the plugin's own answer to a direct switch."""
-    from precision_deepspeed.plugin import DeepSpeedPrecisionError
+    from precision_deepspeed.errors import DeepSpeedPrecisionError
 
     torch.set_num_threads(1)
     world_size()

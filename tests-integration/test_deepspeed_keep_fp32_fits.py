@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from precision_deepspeed.plugin import deepspeed_has_torch_autocast
+from precision_deepspeed.implementation import deepspeed_has_torch_autocast
 from precision_testsupport.launch import run_ranks
 
 pytestmark = [

@@ -15,8 +15,7 @@ import torch
 
 import precision_base
 from precision_base import Fabric, PrecisionPluginFabricMixin, TrainerConfigurationError, resolve_fabric
-from precision_base.doors import WrongDoorError
-from precision_base.fabric import FabricNotSupportedError
+from precision_base.errors import FabricNotSupportedError, WrongDoorError
 
 precision_fsdp = pytest.importorskip("precision_fsdp")
 precision_deepspeed = pytest.importorskip("precision_deepspeed")

@@ -123,7 +123,7 @@ def measure(name: str, rule: str) -> dict[str, Any]:
 
     from precision_fsdp import FSDPPrecision
     from precision_fsdp._compat import DTensor, FSDPModule
-    from precision_fsdp.sharding import describe_units, separate_roots, units_for_lightning
+    from precision_fsdp.sharding.units import describe_units, separate_roots, units_for_lightning
     from precision_testsupport.launch import process_group
 
     with process_group():

@@ -39,7 +39,7 @@ from torch import nn
 
 import precision_base
 from precision_base import PrecisionPluginError, PrecisionPluginWarning, TrainerConfigurationError, get_plugin_class
-from precision_base.namespaces import Door
+from precision_base.door_table import Door
 from precision_testsupport.launch import process_group
 
 precision_fsdp = pytest.importorskip("precision_fsdp")
@@ -47,8 +47,8 @@ precision_deepspeed = pytest.importorskip("precision_deepspeed")
 
 from precision_deepspeed.config import DeepSpeedConfigConflictError  # noqa: E402
 from precision_deepspeed.keep_fp32 import KeepFP32Error as DeepSpeedKeepFP32Error  # noqa: E402
-from precision_fsdp.float8 import Float8UnavailableError  # noqa: E402
-from precision_fsdp.keep_fp32 import KeepFP32Error as FSDPKeepFP32Error  # noqa: E402
+from precision_fsdp.errors import Float8UnavailableError  # noqa: E402
+from precision_fsdp.errors import KeepFP32Error as FSDPKeepFP32Error  # noqa: E402
 
 DOORS: tuple[Door, Door] = ("Trainer", "Fabric")
 SCALER = torch.amp.GradScaler("cpu")
@@ -314,13 +314,13 @@ REFUSALS: list[Refusal] = [
     ),
     Refusal(
         "fsdp-fp8-options-off-fp8",
-        "precision_fsdp.float8_feature.check_options",
+        "precision_fsdp.float8.feature.check_options",
         ValueError,
         build("fsdp", "bf16-mixed", fp8_emulate=True),
     ),
     Refusal(
         "fsdp-fp8-filter-type",
-        "precision_fsdp.float8.user_filter",
+        "precision_fsdp.float8.config.user_filter",
         TypeError,
         build("fsdp", "fp8-tensorwise", fp8_filter=3),
     ),
@@ -418,7 +418,7 @@ REFUSALS: list[Refusal] = [
     # -- FSDP: setting the model up (convert_module, which Lightning calls at both doors) -------------------------
     Refusal(
         "fsdp-keep-fp32-module-sharded-elsewhere",
-        "precision_fsdp.model_sharding.ModelShardingMixin._convert_with_kept",
+        "precision_fsdp.sharding.model.ModelShardingMixin._convert_with_kept",
         FSDPKeepFP32Error,
         kept_module_sharded_elsewhere,
         names=(
@@ -430,7 +430,7 @@ REFUSALS: list[Refusal] = [
     ),
     Refusal(
         "fsdp-default-kept-module-sharded-elsewhere-warning",
-        "precision_fsdp.model_sharding.ModelShardingMixin._warn_default_not_kept",
+        "precision_fsdp.sharding.model.ModelShardingMixin._warn_default_not_kept",
         PrecisionPluginWarning,
         default_kept_module_sharded_elsewhere,
         names=(
@@ -441,7 +441,7 @@ REFUSALS: list[Refusal] = [
     ),
     Refusal(
         "fsdp-fp8-nothing-converted",
-        "precision_fsdp.float8_feature.Float8Feature.check_model",
+        "precision_fsdp.float8.feature.Float8Feature.check_model",
         Float8UnavailableError,
         nothing_converted_to_float8,
         names=("self.trainer.precision_plugin.prepare_for_sharding(self)", "plugin.prepare_for_sharding(model)"),

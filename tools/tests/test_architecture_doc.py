@@ -33,7 +33,7 @@ def _exists(name: str) -> bool:
 
 def test_every_file_the_table_names_exists() -> None:
     named = _named_paths()
-    assert "precision_fsdp/sharded_init.py" in named
+    assert "precision_fsdp/sharding/sharded_init.py" in named
     assert "noxfile.py" in named
     missing = [name for name in named if not _exists(name)]
     assert missing == [], f"docs/architecture.md names files that do not exist: {missing}"

@@ -23,8 +23,9 @@ import torch
 
 import precision_base
 from precision_base import DtypeTable, PluginInfo, PrecisionAudit, PrecisionAuditError
-from precision_base.audit import AuditReport, AuditRow, PrecisionAuditWarning
+from precision_base.audit import AuditReport, AuditRow
 from precision_base.audit.callback import ENV_VARIABLE, audit_from_env
+from precision_base.errors import PrecisionAuditWarning
 from precision_base.namespaces import for_namespace
 from precision_testsupport.dummy import INFO
 from precision_testsupport.dummy_plugin import DummyPrecision

@@ -66,7 +66,7 @@ def test_a_strict_mismatch_exits_1_with_the_rows(script: Path, capsys: pytest.Ca
 
 
 def test_without_strict_the_script_runs_on_and_warns(script: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from precision_base.audit import PrecisionAuditWarning
+    from precision_base.errors import PrecisionAuditWarning
 
     with pytest.warns(PrecisionAuditWarning, match="buffers"):
         assert main(["audit", str(script), "wrong-buffers:bf16-true"]) == 0

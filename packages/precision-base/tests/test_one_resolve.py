@@ -12,9 +12,10 @@ pytest.importorskip("lightning.fabric")
 pytest.importorskip("lightning.pytorch")
 
 import precision_base
-from precision_base import fabric, registry
-from precision_base.errors import PluginLoadError, PrecisionPluginError
-from precision_base.fabric import FabricNotSupportedError, resolve_fabric
+from precision_base.discovery import DISABLE_ENV_VAR
+from precision_base.doors import fabric
+from precision_base.doors.fabric import resolve_fabric
+from precision_base.errors import FabricNotSupportedError, PluginLoadError, PrecisionPluginError
 
 
 def _listed_specs() -> list[str]:
@@ -51,7 +52,7 @@ def test_the_installed_plugins_list_extra_precisions_too() -> None:
 def test_every_listed_spec_gets_the_same_answer_at_both_doors(
     spec: str, disabled: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(registry.DISABLE_ENV_VAR, disabled)
+    monkeypatch.setenv(DISABLE_ENV_VAR, disabled)
     backend = spec.partition(":")[0]
     info = precision_base.get_entry(backend).info if not disabled else None
     trainer = _outcome(lambda: precision_base.resolve(spec))

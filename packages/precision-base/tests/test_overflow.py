@@ -9,7 +9,8 @@ import warnings
 import pytest
 
 import precision_base
-from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowStormError, OverflowWatch, check_limit
+from precision_base.errors import OverflowStormError
+from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowWatch, check_limit
 
 
 def test_error_is_exported_and_a_runtime_error() -> None:

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from precision_base.namespaces import for_namespace
 from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision, _compat
 from precision_deepspeed.config import DeepSpeedConfigConflictError
-from precision_deepspeed.plugin import deepspeed_has_torch_autocast
+from precision_deepspeed.implementation import deepspeed_has_torch_autocast
 
 NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
 PRECISION_KEYS = ("fp16", "bf16", "torch_autocast")

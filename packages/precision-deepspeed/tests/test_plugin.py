@@ -21,8 +21,12 @@ from torch.utils.data import DataLoader, TensorDataset
 import precision_base
 from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
 from precision_deepspeed.config import DeepSpeedConfigConflictError
-from precision_deepspeed.errors import LIGHTNING_BACKWARD_WARNING, LIGHTNING_SKIPPED_BACKWARD_ERROR
-from precision_deepspeed.plugin import DeepSpeedPrecisionError, deepspeed_has_torch_autocast
+from precision_deepspeed.errors import (
+    LIGHTNING_BACKWARD_WARNING,
+    LIGHTNING_SKIPPED_BACKWARD_ERROR,
+    DeepSpeedPrecisionError,
+)
+from precision_deepspeed.implementation import deepspeed_has_torch_autocast
 
 needs_autocast = pytest.mark.skipif(
     not deepspeed_has_torch_autocast(), reason="the installed DeepSpeed has no torch_autocast config section"
@@ -341,7 +345,7 @@ def test_max_skipped_steps_defaults_to_the_shared_limit() -> None:
 
 def test_overflow_storm_error_is_the_shared_type_and_the_old_one() -> None:
     from precision_base import OverflowStormError
-    from precision_deepspeed.plugin import DeepSpeedOverflowStormError
+    from precision_deepspeed.errors import DeepSpeedOverflowStormError
 
     assert issubclass(DeepSpeedOverflowStormError, OverflowStormError)
     assert issubclass(DeepSpeedOverflowStormError, DeepSpeedPrecisionError)  # what max_skipped_steps raised before

@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision as LightningDeepSpeedPrecision
 
 from precision_deepspeed import DeepSpeedPrecision
-from precision_deepspeed.plugin import deepspeed_has_torch_autocast
+from precision_deepspeed.implementation import deepspeed_has_torch_autocast
 from precision_deepspeed.resume import CheckpointPrecisionError, engine_mode, saved_precision
 
 

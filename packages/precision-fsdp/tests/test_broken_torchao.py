@@ -89,7 +89,8 @@ def test_list_and_doctor_say_broken(broken_torchao: Path) -> None:
 
 def test_the_plugin_at_setup_names_the_versions_not_an_install_line(broken_torchao: Path) -> None:
     code = """
-from precision_fsdp.float8 import Float8UnavailableError, torchao_float8
+from precision_fsdp.errors import Float8UnavailableError
+from precision_fsdp.float8.config import torchao_float8
 try:
     torchao_float8("fsdp:fp8-tensorwise")
 except Float8UnavailableError as exc:

@@ -55,8 +55,8 @@ def test_every_lightning_override_is_marked() -> None:
     import lightning.pytorch as pl
 
     from precision_fsdp.fabric import FabricFSDPPrecisionImpl
-    from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
     from precision_fsdp.implementation import FSDPPrecisionImpl
+    from precision_fsdp.sharding.strategy import FSDP2StrategyImpl
 
     checked = 0
     for impl, lightning_base in (

@@ -1,4 +1,4 @@
-"""The fence of :mod:`precision_fsdp.float8_switch`: the private torch / torchao attributes that switching away from
+"""The fence of :mod:`precision_fsdp.float8.switch`: the private torch / torchao attributes that switching away from
 fp8 touches (``precision_fsdp._compat.float8_switch``). Its ``FENCED`` entries are part of the package's
 ``_compat.FENCED``, each checked by ``tests/test_compat.py``. Runs in milliseconds."""
 
@@ -41,7 +41,7 @@ def test_wrapped_inner_finds_the_tensor_inside_torchaos_weight_wrapper() -> None
 def test_a_model_without_float8_is_left_as_it_is() -> None:
     import torch
 
-    from precision_fsdp import float8_switch
+    from precision_fsdp.float8 import switch as float8_switch
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     assert float8_switch.restore_linears(model) == []

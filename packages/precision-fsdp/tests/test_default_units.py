@@ -11,8 +11,8 @@ import pytest
 from lightning.pytorch import LightningModule
 from torch import nn
 
-from precision_fsdp.sharding import (
-    TiedAcrossUnitsError,
+from precision_fsdp.errors import TiedAcrossUnitsError
+from precision_fsdp.sharding.units import (
     default_units,
     describe_units,
     is_container_without_forward,

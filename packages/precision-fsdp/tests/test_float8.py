@@ -12,9 +12,10 @@ import torch
 from torch import nn
 
 import precision_base
-from precision_fsdp import FSDPPrecision, float8
+from precision_fsdp import FSDPPrecision
 from precision_fsdp._compat import fsdp2_cpu_problem
-from precision_fsdp.float8 import Float8UnavailableError
+from precision_fsdp.errors import Float8UnavailableError
+from precision_fsdp.float8 import config as float8_config
 from precision_testsupport.launch import process_group
 
 
@@ -68,7 +69,7 @@ def test_without_torchao_it_is_an_install_hint() -> None:
         "    return real_version(name)\n"
         "builtins.__import__, md.version = no_torchao, no_torchao_version\n"
         "import precision_base\n"
-        "from precision_fsdp.float8 import torchao_float8\n"
+        "from precision_fsdp.float8.config import torchao_float8\n"
         "checks = (lambda: precision_base.resolve('fsdp:fp8-tensorwise'), lambda: torchao_float8('fsdp:fp8-rowwise'))\n"
         "for check in checks:\n"
         "    try:\n"
@@ -77,7 +78,7 @@ def test_without_torchao_it_is_an_install_hint() -> None:
         "        print(type(e).__name__, e)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    from precision_base.registry import install_command
+    from precision_base.statuses import install_command
 
     line = install_command("precision-fsdp", "fp8")  # for where this copy came from (issue 21): checkout or index
     assert line.startswith("pip install ")
@@ -102,9 +103,9 @@ def test_default_choice_skips_first_last_and_odd_dims() -> None:
         OrderedDict(first=nn.Linear(16, 32), odd=nn.Linear(32, 24), mid=nn.Linear(24 + 8, 32), last=nn.Linear(32, 16))
     )
     model.odd = nn.Linear(32, 20)  # 20 is not a multiple of 16
-    decide = float8.default_filter(model)
+    decide = float8_config.default_filter(model)
     assert [n for n, m in model.named_children() if decide(m, n)] == ["mid"]
-    patterns = float8.user_filter(["first", "la*"])
+    patterns = float8_config.user_filter(["first", "la*"])
     assert patterns is not None
     assert [n for n, m in model.named_children() if patterns(m, n)] == ["first", "last"]
 

@@ -11,9 +11,11 @@ import torch
 from torch import nn
 
 import precision_base
-from precision_fsdp import FSDPPrecision, _compat, float8
+from precision_fsdp import FSDPPrecision, _compat
 from precision_fsdp._compat import fsdp2_cpu_problem
-from precision_fsdp.float8 import Float8UnavailableError
+from precision_fsdp.errors import Float8UnavailableError
+from precision_fsdp.float8 import config as float8_config
+from precision_fsdp.float8 import recipes
 from precision_testsupport.launch import process_group
 
 pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
@@ -42,9 +44,9 @@ def test_paths_are_found_by_probing_the_installed_torchao() -> None:
 
 @pytest.mark.parametrize("precision", ["fp8-tensorwise", "fp8-rowwise"])
 def test_fp8_takes_the_weight_wrapper_only_where_it_covers_the_recipe(precision: str) -> None:
-    path = float8.api_path("fsdp:" + precision, precision)
+    path = float8_config.api_path("fsdp:" + precision, precision)
     covered = _compat.WEIGHT_WRAPPER in _compat.torchao_training_paths() and not _compat.weight_wrapper_float8_gaps(
-        float8.FP8_RECIPES[precision]
+        recipes.FP8_RECIPES[precision]
     )
     assert path == (_compat.WEIGHT_WRAPPER if covered else _compat.MODULE_SWAP)
     shown = precision_base.resolve("fsdp:" + precision).describe()["float8 (torchao, FSDP2 only)"]
@@ -57,7 +59,7 @@ def test_finding_weight_wrapper_does_not_cover_dense_fp8_yet() -> None:
     ``emulate`` field; tensor.py ``TrainingWeightWrapperBaseTensor.fsdp_pre_all_gather`` casts the weight to
     ``mp_policy.param_dtype``) and 0.17 (no ``emulate`` field, and no dense recipe: ``Float8TrainingOpConfig`` does
     not accept ``float8_linear_recipe``). When this fails, a newer torchao covers a dense fp8 recipe: the fp8
-    precisions then move to the weight wrapper by themselves (``float8.api_path``); re-check the all-gather bytes
+    precisions then move to the weight wrapper by themselves (``float8.config.api_path``); re-check the all-gather bytes
     test (tests-integration/test_fp8_fits.py, at most 0.55x bf16-mixed) and the docs (docs/fp8.md), then update
     this."""
     tensorwise = _compat.weight_wrapper_float8_gaps("tensorwise")
@@ -68,17 +70,17 @@ def test_finding_weight_wrapper_does_not_cover_dense_fp8_yet() -> None:
     assert any("no 'emulate' field" in gap for gap in tensorwise), tensorwise
     assert any("no 'emulate' field" in gap for gap in rowwise), rowwise
     for precision in ("fp8-tensorwise", "fp8-rowwise"):
-        assert float8.api_path("fsdp:" + precision, precision) == _compat.MODULE_SWAP
+        assert float8_config.api_path("fsdp:" + precision, precision) == _compat.MODULE_SWAP
 
 
 def test_without_the_weight_wrapper_fp8_swaps_modules_and_mxfp8_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchao's floor (no weight-wrapper API) cannot be installed next to 0.18 in this environment, so the probe's
     answer is replaced by the floor's: the fp8 recipes take the module swap, and MXFP8 says what it needs."""
     monkeypatch.setattr(_compat, "torchao_training_paths", lambda: (_compat.MODULE_SWAP,))
-    assert float8.api_path("fsdp:fp8-tensorwise", "fp8-tensorwise") == _compat.MODULE_SWAP
+    assert float8_config.api_path("fsdp:fp8-tensorwise", "fp8-tensorwise") == _compat.MODULE_SWAP
     with pytest.raises(Float8UnavailableError, match=r"fsdp:mxfp8-rceil needs torchao's MXFP8 training"):
-        float8.api_path("fsdp:mxfp8-rceil", "mxfp8-rceil")
-    assert "no weight-wrapper" in float8.describe("fp8-rowwise")["torchao API path"]
+        float8_config.api_path("fsdp:mxfp8-rceil", "mxfp8-rceil")
+    assert "no weight-wrapper" in float8_config.describe("fp8-rowwise")["torchao API path"]
 
 
 def test_mxfp8_is_declared_under_the_format_recipe_rule() -> None:
@@ -88,8 +90,8 @@ def test_mxfp8_is_declared_under_the_format_recipe_rule() -> None:
     assert ("mxfp8-rceil", "fp8") in entry.info.precision_extras
     plugin = precision_base.resolve("fsdp:mxfp8-rceil")
     assert plugin.dtypes() == precision_base.resolve("fsdp:bf16-mixed").dtypes(), "the rest follows bf16-mixed"
-    assert float8.needed_capability("mxfp8-rceil") == (10, 0)
-    assert float8.needed_capability("fp8-rowwise") == (8, 9)
+    assert float8_config.needed_capability("mxfp8-rceil") == (10, 0)
+    assert float8_config.needed_capability("fp8-rowwise") == (8, 9)
 
 
 @no_gpu
@@ -144,8 +146,8 @@ def test_emulated_mxfp8_wraps_the_chosen_weights_and_trains_close_to_bf16() -> N
         assert plugin.fp8_converted == ["2"], "'0' and '5' are first/last, '4' has 48 outputs (not a multiple of 32)"
         assert type(mx[2].weight.to_local()).__name__ == "MXFP8TrainingWeightWrapperTensor"
         assert type(mx[4].weight.to_local()) is torch.Tensor
-        assert float8.is_converted(mx)
-        assert not float8.is_converted(plain)
+        assert float8_config.is_converted(mx)
+        assert not float8_config.is_converted(plain)
         x = torch.randn(32, 32)
         grads = []
         for net in (mx, plain):
@@ -163,7 +165,7 @@ def test_mxfp8_nothing_chosen_names_the_32_rule() -> None:
     model = nn.Sequential(nn.Linear(32, 48), nn.Linear(48, 48, bias=False), nn.Linear(48, 64), nn.Linear(64, 8))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        float8.convert(model, "fsdp:mxfp8-rceil", "mxfp8-rceil", True, None)
+        float8_config.convert(model, "fsdp:mxfp8-rceil", "mxfp8-rceil", True, None)
     messages = [str(w.message) for w in seen if issubclass(w.category, precision_base.PrecisionPluginWarning)]
     assert any("1 (48x48 not multiples of 32)" in m for m in messages), messages
     assert any("2 (has a bias, which torchao's MXFP8 weight wrapper drops)" in m for m in messages), messages
@@ -173,7 +175,7 @@ def test_mxfp8_nothing_chosen_names_the_32_rule() -> None:
 def test_finding_torchao_mxfp8_drops_the_linear_bias_so_biased_layers_stay() -> None:
     """Pins torchao 0.18's MXFP8 weight wrapper dropping ``F.linear``'s bias (prototype/moe_training/tensor.py, the
     linear override of MXFP8TrainingWeightWrapperTensor never reads args[2]). When this fails, biased layers can be
-    converted: drop the bias rule in ``float8.convert``."""
+    converted: drop the bias rule in ``float8.config.convert``."""
     from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
     from torchao.quantization import quantize_
 
@@ -191,7 +193,7 @@ def test_finding_torchao_mxfp8_drops_the_linear_bias_so_biased_layers_stay() -> 
     model = nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 64, bias=False), nn.Linear(64, 8))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        names = float8.convert(model, "fsdp:mxfp8-rceil", "mxfp8-rceil", True, ("1", "2"))
+        names = float8_config.convert(model, "fsdp:mxfp8-rceil", "mxfp8-rceil", True, ("1", "2"))
     assert names == ["2"]
     assert any("Linear layers with a bias are not converted to MXFP8 (1)" in str(w.message) for w in seen)
     assert type(model[1].weight.data) is torch.Tensor

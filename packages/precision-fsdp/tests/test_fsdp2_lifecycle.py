@@ -14,7 +14,7 @@ from torch import nn
 
 from precision_fsdp import FSDP2Strategy, FSDPPrecision
 from precision_fsdp._compat import DTensor, configure_model_counted_as_overridden
-from precision_fsdp.fsdp2_strategy import (
+from precision_fsdp.sharding.strategy import (
     apply_activation_checkpointing,
     checkpoint_classes,
     is_checkpointed,

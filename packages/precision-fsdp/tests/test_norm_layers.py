@@ -185,7 +185,7 @@ def test_one_rank_t5_wo_computes_in_float32_under_16_mixed() -> None:
     """T5 declares ``_keep_in_fp32_modules = ["wo"]``: sharded as ``FSDP2Strategy`` does (whole model marked first,
     then its default units), each ``wo`` computes with a float32 weight on float32 inputs, ``wi`` in float16."""
     transformers = pytest.importorskip("transformers")
-    from precision_fsdp.sharding import units_for_lightning
+    from precision_fsdp.sharding.units import units_for_lightning
 
     config = transformers.T5Config(
         vocab_size=64, d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0

@@ -32,7 +32,7 @@ import precision_base
 from precision_base import PrecisionPluginWarning, get_plugin_class
 from precision_fsdp import FSDPPrecision
 from precision_fsdp._compat import DTensor, fsdp2_cpu_problem, fully_shard
-from precision_fsdp.keep_fp32 import KeepFP32Error
+from precision_fsdp.errors import KeepFP32Error
 from precision_testsupport.models import QUIET, dtype_name, mlp, regression_data
 
 needs_fsdp2_on_cpu = pytest.mark.skipif(

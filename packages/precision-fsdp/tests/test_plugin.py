@@ -18,7 +18,7 @@ import precision_base
 from precision_base import TrainerConfigurationError
 from precision_fsdp import FSDP2Strategy, FSDPPrecision
 from precision_fsdp._compat import MixedPrecisionPolicy, policy_reduce_dtype
-from precision_fsdp.clipping import ClipGradNormError
+from precision_fsdp.errors import ClipGradNormError
 from precision_fsdp.scaler import check_user_scaler
 from precision_testsupport.models import mlp
 

@@ -1,4 +1,4 @@
-"""Switching away from fp8 (:mod:`precision_fsdp.float8_switch`) in a real single-process FSDP2 fit on CPU (torchao's
+"""Switching away from fp8 (:mod:`precision_fsdp.float8.switch`) in a real single-process FSDP2 fit on CPU (torchao's
 emulation), and what is refused. The 2-process fits (continuity, audit, resume) are in
 tests-integration/test_precision_schedule_fp8.py."""
 
@@ -12,8 +12,9 @@ from torch import nn
 
 import precision_base
 from precision_base import PrecisionSchedule
-from precision_fsdp import float8_switch, switch
+from precision_fsdp import schedule
 from precision_fsdp._compat import fsdp2_cpu_problem
+from precision_fsdp.float8 import switch as float8_switch
 from precision_testsupport.models import QUIET, TinyRegressor
 
 pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
@@ -78,16 +79,16 @@ def test_restoring_an_unsharded_float8_model_is_refused() -> None:
 @pytest.mark.parametrize("target", ["bf16-mixed", "16-mixed", "32-true"])
 def test_every_float32_storage_target_is_allowed_from_fp8(target: str) -> None:
     plugin = precision_base.resolve("fsdp:fp8-tensorwise", fp8_emulate=True)
-    assert switch.problem(plugin, target) is None
-    assert switch.problem(plugin, target, current="mxfp8-rceil") is None
+    assert schedule.problem(plugin, target) is None
+    assert schedule.problem(plugin, target, current="mxfp8-rceil") is None
 
 
 def test_fp8_to_another_fp8_or_a_true_precision_is_refused() -> None:
     plugin = precision_base.resolve("fsdp:fp8-tensorwise", fp8_emulate=True)
-    assert switch.problem(plugin, "fp8-rowwise") == (
+    assert schedule.problem(plugin, "fp8-rowwise") == (
         "switching from 'fp8-tensorwise' to 'fp8-rowwise' during a run is not supported: torchao converts the Linear "
         "layers to float8 before FSDP2 shards them; train a run under it from the start instead"
     )
     assert "stores the sharded parameters and the optimizer state in float32" in str(
-        switch.problem(plugin, "bf16-true")
+        schedule.problem(plugin, "bf16-true")
     )

@@ -10,10 +10,12 @@ import pytest
 import torch
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
+from precision_base.errors import OverflowStormError
+from precision_base.overflow import OverflowWatch
 from precision_fsdp import FSDP2Strategy
-from precision_fsdp.overflow import OverflowStormError, OverflowWatch
-from precision_fsdp.resume import PrecisionChangeError, changes, message, saved_precision
-from precision_fsdp.sharding import units_for_lightning, units_to_shard
+from precision_fsdp.errors import PrecisionChangeError
+from precision_fsdp.resume import changes, message, saved_precision
+from precision_fsdp.sharding.units import units_for_lightning, units_to_shard
 
 
 class Block(torch.nn.Module):
@@ -171,7 +173,7 @@ def test_finite_check_is_for_precisions_without_a_scaler() -> None:
 
 
 def test_finite_gradients_in_one_process() -> None:
-    from precision_fsdp.overflow import grads_finite
+    from precision_fsdp.steps import grads_finite
 
     w = torch.nn.Parameter(torch.ones(3))
     w.grad = torch.ones(3)

@@ -17,8 +17,10 @@ import pytest
 import torch
 from torch import nn
 
-from precision_fsdp import FSDPPrecision, _compat, float8
-from precision_fsdp.float8 import Float8UnavailableError
+from precision_fsdp import FSDPPrecision, _compat
+from precision_fsdp.errors import Float8UnavailableError
+from precision_fsdp.float8 import config as float8_config
+from precision_fsdp.float8 import recipes
 
 pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
 
@@ -61,18 +63,18 @@ def _took(layer: nn.Module) -> str:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="emulated recipes on a machine without FP8")
-@pytest.mark.parametrize("precision", list(float8.RECIPES))
+@pytest.mark.parametrize("precision", list(recipes.RECIPES))
 def test_each_recipe_converts_on_the_path_it_reports(
     precision: str, record_testsuite_property: Callable[[str, object], None]
 ) -> None:
     """Convert a 4-Linear model (the middle two are chosen) and see which path did it; it must be the one
-    ``float8.api_path`` names and ``describe()`` shows. MXFP8 exists only on the weight wrapper: without it, it is
-    refused with what it needs."""
+    ``float8.config.api_path`` names and ``describe()`` shows. MXFP8 exists only on the weight wrapper: without it, it
+    is refused with what it needs."""
     spec = f"fsdp:{precision}"
     paths = _compat.torchao_training_paths()
     model = _bias_free_model()
     plugin = FSDPPrecision(precision, fp8_emulate=True)
-    if float8.is_mx(precision) and _compat.WEIGHT_WRAPPER not in paths:
+    if float8_config.is_mx(precision) and _compat.WEIGHT_WRAPPER not in paths:
         with pytest.raises(Float8UnavailableError) as refused:
             plugin.prepare_for_sharding(model)
         record_testsuite_property(f"{spec} path", f"refused: {refused.value}")
@@ -82,8 +84,8 @@ def test_each_recipe_converts_on_the_path_it_reports(
     took = {_took(model[i]) for i in (1, 2)}
     record_testsuite_property(f"{spec} path", ", ".join(sorted(took)))
     assert plugin.fp8_converted == ["1", "2"]
-    assert took == {short(float8.api_path(spec, precision))}
+    assert took == {short(float8_config.api_path(spec, precision))}
     assert [_took(model[i]) for i in (0, 3)] == [_took(nn.Linear(1, 1))] * 2, "first and last stay Linear"
-    assert float8.describe_path(precision).startswith(float8.api_path(spec, precision))
+    assert float8_config.describe_path(precision).startswith(float8_config.api_path(spec, precision))
     if _compat.WEIGHT_WRAPPER not in paths:
         assert took == {short(_compat.MODULE_SWAP)}, "without the weight wrapper every fp8 recipe swaps modules"

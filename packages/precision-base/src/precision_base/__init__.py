@@ -6,7 +6,7 @@ Lightning), [`PrecisionPluginTrainerMixin`][precision_base.PrecisionPluginTraine
 [`prepare_trainer_kwargs`][precision_base.prepare_trainer_kwargs] are imported on first access;
 so are [`Fabric`][precision_base.Fabric], [`PrecisionPluginFabricMixin`][precision_base.PrecisionPluginFabricMixin],
 [`prepare_fabric_kwargs`][precision_base.prepare_fabric_kwargs] and
-[`resolve_fabric`][precision_base.resolve_fabric] (see [`precision_base.fabric`][]),
+[`resolve_fabric`][precision_base.resolve_fabric] (see [`precision_base.doors.fabric`][]),
 [`PrecisionMonitor`][precision_base.PrecisionMonitor] (a callback logging the
 plugin's loss scale and skipped steps), and [`PrecisionAudit`][precision_base.PrecisionAudit] /
 [`audit_fabric_steps`][precision_base.audit_fabric_steps] (the runtime
@@ -17,31 +17,32 @@ precision audit, [`precision_base.audit`][]), and [`PrecisionSchedule`][precisio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from precision_base.__about__ import __version__
 from precision_base.contract import CONTRACT_VERSION, DtypeTable, PluginInfo, PrecisionPlugin
+from precision_base.discovery import ENTRY_POINT_GROUP
 from precision_base.errors import (
     BackendDisabledError,
     ContractVersionError,
     DuplicateBackendError,
     InvalidPluginInfoError,
     InvalidSpecError,
+    OverflowStormError,
     PluginLoadError,
     PluginRequirementError,
     PrecisionAuditError,
     PrecisionPluginError,
     PrecisionPluginWarning,
+    PrecisionScheduleError,
     RegistrationError,
     SpecTypeError,
     TrainerConfigurationError,
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
-from precision_base.overflow import OverflowStormError
+from precision_base.lazy import lazy_exports
 from precision_base.registry import (
-    ENTRY_POINT_GROUP,
-    PluginEntry,
     clear_cache,
     get_entry,
     get_plugin_class,
@@ -52,14 +53,15 @@ from precision_base.registry import (
     unregister,
 )
 from precision_base.spec import PRECISIONS, PluginSpec, normalize_precision, parse_spec
+from precision_base.statuses import PluginEntry
 
 if TYPE_CHECKING:
     from precision_base.audit import PrecisionAudit, audit_fabric_steps
-    from precision_base.fabric import PrecisionPluginFabricMixin, prepare_fabric_kwargs, resolve_fabric
+    from precision_base.doors.fabric import PrecisionPluginFabricMixin, prepare_fabric_kwargs, resolve_fabric
+    from precision_base.doors.trainer import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
     from precision_base.fabric_class import Fabric
-    from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
     from precision_base.monitor import PrecisionMonitor
-    from precision_base.schedule import PrecisionSchedule, PrecisionScheduleError
+    from precision_base.schedule import PrecisionSchedule
     from precision_base.trainer import Trainer
 
 __all__ = [
@@ -113,38 +115,19 @@ __all__ = [
 ]
 
 
-def __dir__() -> list[str]:
-    """The module's own names and its lazy exports, so that ``dir(precision_base)`` lists ``Trainer`` too."""
-    return sorted(set(globals()) | set(__all__))
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Trainer":
-        from precision_base.trainer import Trainer
-
-        return Trainer
-    if name in ("PrecisionPluginTrainerMixin", "prepare_trainer_kwargs"):
-        from precision_base import front_door
-
-        return getattr(front_door, name)
-    if name == "PrecisionMonitor":
-        from precision_base.monitor import PrecisionMonitor
-
-        return PrecisionMonitor
-    if name in ("PrecisionAudit", "audit_fabric_steps"):
-        from precision_base import audit
-
-        return getattr(audit, name)
-    if name in ("PrecisionSchedule", "PrecisionScheduleError"):
-        from precision_base import schedule
-
-        return getattr(schedule, name)
-    if name == "Fabric":
-        from precision_base.fabric_class import Fabric
-
-        return Fabric
-    if name in ("PrecisionPluginFabricMixin", "prepare_fabric_kwargs", "resolve_fabric"):
-        from precision_base import fabric
-
-        return getattr(fabric, name)
-    raise AttributeError(f"module 'precision_base' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Trainer": "precision_base.trainer",
+        "PrecisionPluginTrainerMixin": "precision_base.doors.trainer",
+        "prepare_trainer_kwargs": "precision_base.doors.trainer",
+        "Fabric": "precision_base.fabric_class",
+        "PrecisionPluginFabricMixin": "precision_base.doors.fabric",
+        "prepare_fabric_kwargs": "precision_base.doors.fabric",
+        "resolve_fabric": "precision_base.doors.fabric",
+        "PrecisionMonitor": "precision_base.monitor",
+        "PrecisionAudit": "precision_base.audit",
+        "audit_fabric_steps": "precision_base.audit",
+        "PrecisionSchedule": "precision_base.schedule",
+    },
+)

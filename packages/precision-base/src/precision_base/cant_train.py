@@ -4,12 +4,12 @@
   replaced): a snapshot of a model's
   parameters before a strategy sets it up;
   [`ReplacedParameters.check`][precision_base.cant_train.ReplacedParameters.check] raises
-  [`StaleOptimizerError`][precision_base.cant_train.StaleOptimizerError] for an optimizer that still holds one of them
+  [`StaleOptimizerError`][precision_base.errors.StaleOptimizerError] for an optimizer that still holds one of them
   once the model holds another. This
   is what ``fabric.setup(model, optimizer)`` does under FSDP2 (``fully_shard`` replaces every parameter), and a
   LightningModule whose optimizer was created before ``configure_model`` sharded it. The doors run it: Fabric's
-  ``setup``/``setup_module``/``setup_optimizers`` ([`precision_base.fabric`][]) and the Trainer after
-  ``configure_optimizers`` ([`precision_base.front_door`][]).
+  ``setup``/``setup_module``/``setup_optimizers`` ([`precision_base.doors.fabric`][]) and the Trainer after
+  ``configure_optimizers`` ([`precision_base.doors.trainer`][]).
 * [`no_gradient_message`][precision_base.cant_train.no_gradient_message]: after a backward, not one trainable parameter
   of the optimizers has a gradient (a
   loss cut off from the model); the doors warn with the module names on the first
@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from precision_base.errors import PrecisionPluginError, PrecisionPluginWarning
+from precision_base.errors import StaleOptimizerError
 
 GRAD_CHECK_STEPS: Final[int] = 3
 """How many optimizer steps are checked for gradients that are all ``None`` (the check is cheap, not free)."""
@@ -47,15 +47,6 @@ TRAINER_FIX: Final[str] = (
     "Create the optimizer inside configure_optimizers from self.parameters() (which then holds the sharded "
     "parameters), never in __init__ or before configure_model shards the model."
 )
-
-
-class StaleOptimizerError(PrecisionPluginError, RuntimeError):
-    """An optimizer holds parameters that the strategy replaced when it set the model up (e.g. FSDP2's
-    ``fully_shard``): stepping it would change tensors the model no longer uses, and the loss would stay flat."""
-
-
-class NoGradientWarning(PrecisionPluginWarning):
-    """After a backward, no trainable parameter of the optimizers has a gradient: the step changes nothing."""
 
 
 def _listed(names: Sequence[str]) -> str:
@@ -160,9 +151,7 @@ __all__ = [
     "FABRIC_FIX",
     "GRAD_CHECK_STEPS",
     "TRAINER_FIX",
-    "NoGradientWarning",
     "ReplacedParameters",
-    "StaleOptimizerError",
     "module_names",
     "no_gradient_message",
     "optimizer_params",

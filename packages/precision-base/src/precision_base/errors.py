@@ -1,4 +1,4 @@
-"""Every error precision-base raises, in one place.
+"""Every error and warning precision-base defines, in one place.
 
 All of them derive from [`PrecisionPluginError`][precision_base.errors.PrecisionPluginError], and each also derives from
 the builtin a caller would
@@ -7,6 +7,11 @@ plugin that cannot be loaded), so ``except ValueError`` keeps working for code w
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from precision_base.door_table import Door
 
 MAX_SHOWN = 80
 """The most characters of a user's input that an error message repeats (longer input is shortened)."""
@@ -119,3 +124,41 @@ class FabricNotSupportedError(PrecisionPluginError, ValueError):
 class PrecisionAuditError(PrecisionPluginError, RuntimeError):
     """A strict [`precision_base.PrecisionAudit`][] found dtypes that differ from the plugin's table (raised on
     every rank); the message lists the rows that differ."""
+
+
+class OverflowStormError(PrecisionPluginError, RuntimeError):
+    """Too many optimizer steps in a row were skipped because the gradients held inf or NaN.
+
+    Raised by both plugins (``precision_fsdp``, ``precision_deepspeed``) once ``max_skipped_steps`` is reached.
+    """
+
+
+class PrecisionScheduleError(PrecisionPluginError, ValueError):
+    """A precision schedule that cannot run: the message names what was wrong and what would be right."""
+
+
+class PrecisionAuditWarning(PrecisionPluginWarning):
+    """The audit found dtypes that differ from the plugin's table (``strict=False``)."""
+
+
+class WrongDoorError(TrainerConfigurationError):
+    """A plugin instance built for a Trainer was handed to Fabric, or one built for Fabric to a Trainer.
+
+    Attributes:
+        plugin: the instance that was refused.
+        door: ``"Trainer"`` or ``"Fabric"``, the door it was handed to.
+    """
+
+    def __init__(self, message: str, *, plugin: Any, door: Door) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.door = door
+
+
+class StaleOptimizerError(PrecisionPluginError, RuntimeError):
+    """An optimizer holds parameters that the strategy replaced when it set the model up (e.g. FSDP2's
+    ``fully_shard``): stepping it would change tensors the model no longer uses, and the loss would stay flat."""
+
+
+class NoGradientWarning(PrecisionPluginWarning):
+    """After a backward, no trainable parameter of the optimizers has a gradient: the step changes nothing."""

@@ -1,14 +1,14 @@
 """``precision_base.Fabric``: ``lightning.fabric.Fabric`` plus a ``precision_plugin=`` argument.
 
 Everything but ``precision_plugin`` goes to Lightning's Fabric unchanged; the checks run in ``__init__``. It is
-[`PrecisionPluginFabricMixin`][precision_base.fabric.PrecisionPluginFabricMixin] over ``lightning.fabric.Fabric``.
+[`PrecisionPluginFabricMixin`][precision_base.PrecisionPluginFabricMixin] over ``lightning.fabric.Fabric``.
 """
 
 from __future__ import annotations
 
 import lightning.fabric as lf
 
-from precision_base.fabric import PrecisionPluginFabricMixin
+from precision_base.doors.fabric import PrecisionPluginFabricMixin
 
 
 class Fabric(PrecisionPluginFabricMixin, lf.Fabric):

@@ -25,16 +25,14 @@ import importlib.machinery
 import sys
 import threading
 import types
-from typing import Any, Final, Literal, Optional
+from typing import Any, Final, Optional
 
-Door = Literal["Trainer", "Fabric"]
-"""The two doors a plugin comes in by: a Lightning Trainer ([`NAMESPACES`][precision_base.namespaces.NAMESPACES]) or
-Fabric."""
+from precision_base.door_table import DOORS, Door, door_of_namespace
 
-NAMESPACES: Final[tuple[str, ...]] = ("lightning.pytorch", "pytorch_lightning")
-"""The Trainer namespaces a plugin class can be built for."""
+NAMESPACES: Final[tuple[str, ...]] = DOORS["Trainer"].namespaces
+"""The Trainer namespaces a plugin class can be built for (from [`DOORS`][precision_base.door_table.DOORS])."""
 
-FABRIC_NAMESPACES: Final[tuple[str, ...]] = ("lightning.fabric", "lightning_fabric")
+FABRIC_NAMESPACES: Final[tuple[str, ...]] = DOORS["Fabric"].namespaces
 """Fabric's two namespaces, recognised by [`namespace_of`][precision_base.namespaces.namespace_of]."""
 
 _UNIFIED_TO_STANDALONE: Final = {"lightning.pytorch": "pytorch_lightning", "lightning.fabric": "lightning_fabric"}
@@ -80,12 +78,7 @@ def namespace_of(obj: Any) -> Optional[str]:
 
 def door_of(plugin: Any) -> Optional[Door]:
     """``"Trainer"`` or ``"Fabric"``: the door ``plugin``'s class (or a class) was built for; ``None`` for neither."""
-    namespace = namespace_of(plugin)
-    if namespace in NAMESPACES:
-        return "Trainer"
-    if namespace in FABRIC_NAMESPACES:
-        return "Fabric"
-    return None
+    return door_of_namespace(namespace_of(plugin))
 
 
 def _translated_module(module: str, namespace: str) -> Optional[str]:

@@ -6,7 +6,7 @@ gradient checks (FSDP's ``check_finite_grads=True``, DeepSpeed's bf16 ``check_gr
 gradients are never finite (a NaN in the weights, an exploding loss) would skip every step while training seems to
 run. [`OverflowWatch`][precision_base.overflow.OverflowWatch] counts skipped steps in a row: it warns once
 (``RuntimeWarning``) at half the limit and
-raises [`OverflowStormError`][precision_base.overflow.OverflowStormError] at the limit. Both plugins default to
+raises [`OverflowStormError`][precision_base.errors.OverflowStormError] at the limit. Both plugins default to
 [`DEFAULT_MAX_SKIPPED_STEPS`][precision_base.overflow.DEFAULT_MAX_SKIPPED_STEPS]; ``None``
 switches the watch off.
 
@@ -19,17 +19,10 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
-from precision_base.errors import PrecisionPluginError
+from precision_base.errors import OverflowStormError
 
 DEFAULT_MAX_SKIPPED_STEPS = 50
 """The default of every plugin's ``max_skipped_steps``: stop after this many skipped optimizer steps in a row."""
-
-
-class OverflowStormError(PrecisionPluginError, RuntimeError):
-    """Too many optimizer steps in a row were skipped because the gradients held inf or NaN.
-
-    Raised by both plugins (``precision_fsdp``, ``precision_deepspeed``) once ``max_skipped_steps`` is reached.
-    """
 
 
 def check_limit(limit: object) -> Optional[int]:
@@ -51,7 +44,7 @@ class OverflowWatch:
     Args:
         limit: raise after this many consecutive skipped steps; ``None`` never raises nor warns.
         error: the exception class raised at the limit:
-            [`OverflowStormError`][precision_base.overflow.OverflowStormError] or a subclass of it.
+            [`OverflowStormError`][precision_base.errors.OverflowStormError] or a subclass of it.
 
     Raises:
         ValueError: ``limit`` is not a positive int or ``None``.
@@ -117,4 +110,4 @@ def skipped_stats(skipped: float) -> dict[str, float]:
     return {"skipped_steps": float(skipped), "nonfinite_grad_steps": float(skipped)}
 
 
-__all__ = ["DEFAULT_MAX_SKIPPED_STEPS", "OverflowStormError", "OverflowWatch", "check_limit", "skipped_stats"]
+__all__ = ["DEFAULT_MAX_SKIPPED_STEPS", "OverflowWatch", "check_limit", "skipped_stats"]

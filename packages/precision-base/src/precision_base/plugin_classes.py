@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from precision_base.contract import PrecisionPlugin
 from precision_base.discovery import exc_detail
+from precision_base.door_table import Door
 from precision_base.errors import InvalidPluginInfoError, PluginLoadError, PrecisionPluginError
 from precision_base.loading import load_class
-from precision_base.namespaces import FABRIC_NAMESPACES, Door, namespace_of
+from precision_base.namespaces import FABRIC_NAMESPACES, namespace_of
 
 if TYPE_CHECKING:
     from precision_base.statuses import PluginEntry
@@ -34,9 +35,6 @@ def lightning_before_mixin(cls: type) -> Optional[type]:
         if klass.__module__.split(".")[0] in _LIGHTNING_ROOTS:
             return klass
     return None
-
-
-_lightning_before_mixin = lightning_before_mixin  # its name in precision_base.registry before
 
 
 def load_plugin_class(entry: PluginEntry, ref: str) -> Any:

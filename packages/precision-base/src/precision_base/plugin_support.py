@@ -143,7 +143,25 @@ def wrong_strategy_error(spec: str, given: Any, remedy: str) -> TrainerConfigura
     return error
 
 
+def bind_device_from_inputs(plugin: Any, data: Any) -> None:
+    """Fabric plugin classes call this in ``convert_input``: Fabric has no ``connect`` hook, so the device autocast
+    runs on is learned from the first tensor in ``data`` (Fabric moved the inputs to the strategy's device)."""
+    import torch
+
+    stack = [data]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, torch.Tensor):
+            plugin.bind_device(item.device)
+            return
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+
+
 __all__ = [
+    "bind_device_from_inputs",
     "PRECISION_DTYPE_NAMES",
     "precision_dtype",
     "registered_strategy_class",

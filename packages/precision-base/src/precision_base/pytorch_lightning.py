@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 
 from precision_base.audit import PrecisionAudit as _PrecisionAudit
-from precision_base.front_door import PrecisionPluginTrainerMixin
+from precision_base.doors.trainer import PrecisionPluginTrainerMixin
 from precision_base.monitor import PrecisionMonitor as _PrecisionMonitor
 from precision_base.namespaces import for_namespace
 from precision_base.schedule import PrecisionSchedule as _PrecisionSchedule

@@ -18,7 +18,7 @@ What runs when, and what a broken plugin can do:
   [`PluginEntry.unavailable`][precision_base.statuses.PluginEntry.unavailable] says why, and resolving that precision
   raises [`PluginRequirementError`][precision_base.PluginRequirementError]
   with an install line for where the distribution came from
-  ([`install_command`][precision_base.registry.install_command]).
+  ([`install_command`][precision_base.statuses.install_command]).
 
 Any exception an info module raises, ``SystemExit`` included (``KeyboardInterrupt`` is not caught), makes that
 plugin ``broken``; malformed metadata does too. Every other plugin keeps working. No lock is held while plugin
@@ -50,6 +50,7 @@ from precision_base.discovery import (
     discover,
     in_process_candidate,
 )
+from precision_base.door_table import DOORS, Door
 from precision_base.errors import (
     BackendDisabledError,
     FabricNotSupportedError,
@@ -61,33 +62,18 @@ from precision_base.errors import (
     describe,
     shorten,
 )
-from precision_base.namespaces import Door
-from precision_base.plugin_classes import (
-    _lightning_before_mixin,  # noqa: F401  (the name this module had before)
-    check_plugin_class,
-    lightning_before_mixin,
-    load_plugin_class,
-)
+from precision_base.plugin_classes import check_plugin_class, load_plugin_class
 from precision_base.requirements import installed_version
-from precision_base.spec import PluginSpec, parse_spec
+from precision_base.spec import parse_spec
 from precision_base.statuses import (
-    PUBLISHED_DISTRIBUTIONS,
-    STATUSES,
     PluginEntry,
     check_precision,
     duplicate_error,
     entry_after_info,
     entry_before_info,
     import_error,
-    install_command,
     unknown_backend_message,
 )
-
-DOOR_NAMESPACES: dict[str, tuple[str, ...]] = {
-    "Trainer": ("lightning.pytorch", "pytorch_lightning"),
-    "Fabric": ("lightning.fabric", "lightning_fabric"),
-}
-"""The Lightning namespaces each door builds plugin instances for; the first is the default."""
 
 
 class Registry:
@@ -211,13 +197,14 @@ class Registry:
 
         ``door`` (``"Trainer"`` or ``"Fabric"``) picks the class (``PluginInfo.plugin_class`` or ``fabric_class``);
         ``namespace`` is the Lightning namespace the instance is built for
-        ([`DOOR_NAMESPACES`][precision_base.registry.DOOR_NAMESPACES]; by default the
+        ([`DOORS`][precision_base.door_table.DOORS]; by default the
         door's first, see [`precision_base.namespaces.for_namespace`][]). The entry is computed once, and both
         doors ask the same questions in the same order: spec, entry, precision, class.
         """
-        namespaces = DOOR_NAMESPACES.get(door) if isinstance(door, str) else None
-        if namespaces is None:
-            raise ValueError(f"door must be one of {tuple(DOOR_NAMESPACES)}, got {describe(door)}")
+        facts = DOORS.get(door) if isinstance(door, str) else None  # type: ignore[call-overload]
+        if facts is None:
+            raise ValueError(f"door must be one of {tuple(DOORS)}, got {describe(door)}")
+        namespaces = facts.namespaces
         if namespace is None:
             namespace = namespaces[0]
         elif door == "Fabric" and namespace not in namespaces:
@@ -276,8 +263,8 @@ class Registry:
             )
 
     def _forget(self, backend: str) -> None:
-        for door in DOOR_NAMESPACES:
-            self._classes.pop((backend, door), None)  # type: ignore[arg-type]
+        for door in DOORS:
+            self._classes.pop((backend, door), None)
         self._import_failures.pop(backend, None)
 
     def unregister(self, backend: str) -> None:
@@ -340,7 +327,7 @@ def get_plugin_class(backend: str, *, door: Door = "Trainer") -> type:
 
 
 def get_entry(backend: str) -> PluginEntry:
-    """The [`PluginEntry`][precision_base.registry.PluginEntry] for ``backend``; raises like
+    """The [`PluginEntry`][precision_base.statuses.PluginEntry] for ``backend``; raises like
     [`resolve`][precision_base.registry.resolve] when it cannot be used."""
     return _default.entry(backend)
 
@@ -371,27 +358,12 @@ def clear_cache() -> None:
 
 
 __all__ = [
-    "DISABLE_ENV_VAR",
-    "DOOR_NAMESPACES",
-    "ENTRY_POINT_GROUP",
-    "IN_PROCESS",
-    "PUBLISHED_DISTRIBUTIONS",
-    "STATUSES",
-    "PluginEntry",
-    "Door",
-    "PluginSpec",
     "Registry",
-    "check_plugin_class",
-    "check_precision",
     "clear_cache",
     "default_registry",
-    "disabled_backends",
     "get_entry",
     "get_plugin_class",
-    "install_command",
-    "lightning_before_mixin",
     "list_plugins",
-    "load_plugin_class",
     "register",
     "registered",
     "resolve",

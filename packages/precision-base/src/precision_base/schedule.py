@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Union
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from precision_base.errors import PrecisionPluginError
+from precision_base.errors import PrecisionPluginError, PrecisionScheduleError
 from precision_base.spec import PluginSpec, parse_spec
 
 if TYPE_CHECKING:
@@ -47,10 +47,6 @@ Key = Union[int, float]
 """An optimizer step (``int``) or a fraction of ``max_steps`` (``float`` in ``[0, 1)``)."""
 
 _EXAMPLE = '{0: "fsdp:bf16-mixed", 0.9: "fsdp:32-true"}'
-
-
-class PrecisionScheduleError(PrecisionPluginError, ValueError):
-    """A precision schedule that cannot run: the message names what was wrong and what would be right."""
 
 
 @dataclass(frozen=True)
@@ -283,4 +279,4 @@ class PrecisionSchedule(PrecisionScheduleImpl, pl.Callback):
     """
 
 
-__all__ = ["Key", "PrecisionSchedule", "PrecisionScheduleError", "PrecisionScheduleImpl", "Switch", "parse", "resolve"]
+__all__ = ["Key", "PrecisionSchedule", "PrecisionScheduleImpl", "Switch", "parse", "resolve"]

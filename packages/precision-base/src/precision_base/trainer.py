@@ -2,7 +2,7 @@
 
 Everything but ``precision_plugin`` goes to Lightning's Trainer unchanged. All checks run in ``__init__``, before
 Lightning launches any process. The ``pytorch_lightning`` counterpart is [`precision_base.pytorch_lightning.Trainer`][];
-both are [`PrecisionPluginTrainerMixin`][precision_base.front_door.PrecisionPluginTrainerMixin] over the namespace's
+both are [`PrecisionPluginTrainerMixin`][precision_base.PrecisionPluginTrainerMixin] over the namespace's
 Trainer.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from precision_base.front_door import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
+from precision_base.doors.trainer import PrecisionPluginTrainerMixin
 
 
 class Trainer(PrecisionPluginTrainerMixin, pl.Trainer):
@@ -26,4 +26,4 @@ class Trainer(PrecisionPluginTrainerMixin, pl.Trainer):
     """
 
 
-__all__ = ["Trainer", "prepare_trainer_kwargs"]
+__all__ = ["Trainer"]

@@ -7,8 +7,9 @@ first access.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from precision_base.lazy import lazy_exports
 from precision_deepspeed.__about__ import __version__
 
 if TYPE_CHECKING:
@@ -18,13 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["DeepSpeedCPUStrategy", "DeepSpeedPrecision", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "DeepSpeedPrecision":
-        from precision_deepspeed.plugin import DeepSpeedPrecision
-
-        return DeepSpeedPrecision
-    if name == "DeepSpeedCPUStrategy":
-        from precision_deepspeed.strategy import DeepSpeedCPUStrategy
-
-        return DeepSpeedCPUStrategy
-    raise AttributeError(f"module 'precision_deepspeed' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {"DeepSpeedPrecision": "precision_deepspeed.plugin", "DeepSpeedCPUStrategy": "precision_deepspeed.strategy"},
+)

@@ -19,7 +19,7 @@ import threading
 from typing import Any, TypeVar
 
 from precision_base import PrecisionPluginError
-from precision_base.overflow import OverflowStormError
+from precision_base.errors import OverflowStormError
 
 #: Lightning's own messages, kept verbatim where ours replace Lightning's code (our guidance follows them).
 LIGHTNING_BACKWARD_WARNING = (

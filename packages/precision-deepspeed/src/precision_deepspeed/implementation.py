@@ -203,7 +203,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         ([`precision_deepspeed.keep_fp32.install_fp32_compute`][]).
 
         Raises:
-            precision_base.doors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
+            precision_base.errors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
                 Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
         """
         check_caller(self)

@@ -13,7 +13,7 @@ stay portable between this plugin and Lightning's built-in. What it adds:
 * Lightning's own ``DeepSpeedStrategy`` (what GPU users pass) gets the plugin's section with every option: the
   defaults Lightning writes first are told apart from the user's config;
 * the same code serves ``lightning.pytorch`` and ``pytorch_lightning``: everything lives in
-  [`DeepSpeedPrecisionImpl`][precision_deepspeed.plugin.DeepSpeedPrecisionImpl], and
+  [`DeepSpeedPrecisionImpl`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl], and
   ``precision_base.namespaces.for_namespace(DeepSpeedPrecision,
   "pytorch_lightning")`` builds the class for the other namespace;
 * [`DeepSpeedPrecision.dtypes`][precision_deepspeed.implementation.DeepSpeedPrecisionImpl.dtypes] states the dtype of
@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from precision_deepspeed.errors import DeepSpeedOverflowStormError, DeepSpeedPrecisionError, autocast_fp16_refusal
-from precision_deepspeed.implementation import DeepSpeedPrecisionImpl, deepspeed_has_torch_autocast
+from precision_deepspeed.implementation import DeepSpeedPrecisionImpl
 
 
 class DeepSpeedPrecision(DeepSpeedPrecisionImpl, pl.plugins.precision.DeepSpeedPrecision):  # type: ignore[misc]
@@ -41,7 +40,7 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, pl.plugins.precision.DeepSpeedP
 
     With ``torch_autocast=True`` (``bf16-mixed``, DeepSpeed releases with a ``torch_autocast`` section) the module
     stays fp32, inputs stay fp32, and forward runs under ``torch.autocast`` in bf16. ``16-mixed`` with
-    ``torch_autocast=True`` is refused ([`autocast_fp16_refusal`][precision_deepspeed.plugin.autocast_fp16_refusal] says
+    ``torch_autocast=True`` is refused ([`autocast_fp16_refusal`][precision_deepspeed.errors.autocast_fp16_refusal] says
     why).
 
     Args:
@@ -57,8 +56,8 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, pl.plugins.precision.DeepSpeedP
         autocast_lower_precision_safe_modules: with ``torch_autocast``, ``"package.Class"`` names of modules whose
             parameters DeepSpeed communicates in the autocast dtype.
         max_skipped_steps: stop with [`precision_base.OverflowStormError`][] (here
-            [`DeepSpeedOverflowStormError`][precision_deepspeed.plugin.DeepSpeedOverflowStormError], also a
-            [`DeepSpeedPrecisionError`][precision_deepspeed.plugin.DeepSpeedPrecisionError]) after this many optimizer
+            [`DeepSpeedOverflowStormError`][precision_deepspeed.errors.DeepSpeedOverflowStormError], also a
+            [`DeepSpeedPrecisionError`][precision_deepspeed.errors.DeepSpeedPrecisionError]) after this many optimizer
             steps in a row that DeepSpeed skipped for non-finite gradients (``engine.was_step_applied()`` false: fp16
             overflows; bf16 with DeepSpeed's ``check_grad_overflow``, on by default in 0.19.8 and turned on by the
             plugin where it is off by default; DeepSpeed before 0.17 never skips a bf16 step), warning
@@ -83,11 +82,4 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, pl.plugins.precision.DeepSpeedP
     """
 
 
-__all__ = [
-    "DeepSpeedOverflowStormError",  # defined in precision_deepspeed.errors, importable from here as before
-    "DeepSpeedPrecision",
-    "DeepSpeedPrecisionError",
-    "DeepSpeedPrecisionImpl",
-    "autocast_fp16_refusal",
-    "deepspeed_has_torch_autocast",
-]
+__all__ = ["DeepSpeedPrecision"]

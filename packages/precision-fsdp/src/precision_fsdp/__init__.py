@@ -6,24 +6,19 @@ Importing this package does not import torch; ``FSDPPrecision`` and ``FSDP2Strat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from precision_base.lazy import lazy_exports
 from precision_fsdp.__about__ import __version__
 
 if TYPE_CHECKING:
-    from precision_fsdp.fsdp2_strategy import FSDP2Strategy
     from precision_fsdp.plugin import FSDPPrecision
+    from precision_fsdp.sharding.strategy import FSDP2Strategy
 
 __all__ = ["FSDP2Strategy", "FSDPPrecision", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "FSDPPrecision":
-        from precision_fsdp.plugin import FSDPPrecision
-
-        return FSDPPrecision
-    if name == "FSDP2Strategy":
-        from precision_fsdp.fsdp2_strategy import FSDP2Strategy
-
-        return FSDP2Strategy
-    raise AttributeError(f"module 'precision_fsdp' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {"FSDPPrecision": "precision_fsdp.plugin", "FSDP2Strategy": "precision_fsdp.sharding.strategy"},
+)

@@ -2,12 +2,12 @@
 
 The requirements (torch, Lightning) are not repeated here: the registry reads them from this distribution's own
 metadata (``Requires-Dist``, from pyproject.toml) before it imports the plugin class. The extra precisions and the
-extra they need come from the float8 feature's one declaration ([`precision_fsdp.recipes.FLOAT8`][]).
+extra they need come from the float8 feature's one declaration ([`precision_fsdp.float8.recipes.FLOAT8`][]).
 """
 
 from precision_base import PluginInfo
 from precision_base.extra import declared, declared_extras, declared_facts, declared_imports
-from precision_fsdp.recipes import FLOAT8
+from precision_fsdp.float8.recipes import FLOAT8
 
 INFO = PluginInfo(
     backend="fsdp",

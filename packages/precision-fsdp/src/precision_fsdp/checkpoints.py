@@ -60,7 +60,7 @@ class CheckpointMixin(PrecisionPlugin, _LightningBase):  # type: ignore[misc]  #
         'bf16-mixed': the 16-mixed loss scaler state is dropped: bf16-mixed does not scale the loss; ...".
 
         Raises:
-            precision_fsdp.resume.PrecisionChangeError: the parameter storage dtype differs (``*-true`` on one side).
+            precision_fsdp.errors.PrecisionChangeError: the parameter storage dtype differs (``*-true`` on one side).
         """
         saved = resume.saved_precision(checkpoint, type(self).__qualname__)
         if saved is not None:

@@ -5,43 +5,19 @@
 * FSDP1: the root ``FullyShardedDataParallel`` module's own ``clip_grad_norm_`` is exact; the plugin learns the
   root when Lightning connects it to the model.
 * Anything else in a multi-process run (a mix of DTensor and plain gradients, or FSDP1 without a single root) would
-  give each rank a different, wrong norm: that raises [`ClipGradNormError`][precision_fsdp.clipping.ClipGradNormError],
+  give each rank a different, wrong norm: that raises [`ClipGradNormError`][precision_fsdp.errors.ClipGradNormError],
   naming the alternatives.
 """
 
 from __future__ import annotations
 
-import types
 from collections.abc import Iterable
 from typing import Optional, Union
 
 import torch
 
-from precision_base import PrecisionPluginError
 from precision_fsdp._compat import DTensor
-
-
-class ClipGradNormError(PrecisionPluginError, RuntimeError):
-    """Clipping by norm was asked for where the plugin cannot compute the global norm exactly.
-
-    What is raised is the subclass [`clip_error_class`][precision_fsdp.clipping.clip_error_class] builds for the
-    plugin's Lightning namespace, which is also
-    that namespace's ``MisconfigurationException``, the type Lightning's own ``FSDPPrecision`` raises here.
-    """
-
-
-_ERROR_CLASSES: dict[str, type[ClipGradNormError]] = {}
-
-
-def clip_error_class(lightning: types.ModuleType) -> type[ClipGradNormError]:
-    """[`ClipGradNormError`][precision_fsdp.clipping.ClipGradNormError] that is also
-    ``<lightning>.utilities.exceptions.MisconfigurationException``."""
-    name = lightning.__name__
-    if name not in _ERROR_CLASSES:
-        lightnings: type = lightning.utilities.exceptions.MisconfigurationException
-        _ERROR_CLASSES[name] = type("ClipGradNormError", (ClipGradNormError, lightnings), {"__module__": __name__})
-    return _ERROR_CLASSES[name]
-
+from precision_fsdp.errors import ClipGradNormError
 
 _ALTERNATIVES = (
     "Use gradient_clip_algorithm='value' (exact under sharding), or shard every trainable module with "

@@ -28,12 +28,12 @@ import torch
 from lightning.fabric.strategies.model_parallel import ModelParallelStrategy as _FabricModelParallelStrategy
 from typing_extensions import override
 
-from precision_base.fabric import bind_device_from_inputs
-from precision_fsdp.fsdp2_strategy import FSDP2StrategyImpl
+from precision_base.plugin_support import bind_device_from_inputs
 from precision_fsdp.implementation import FSDPPrecisionImpl
 from precision_fsdp.loop_state import restorable_entries, restore_entries
-from precision_fsdp.selection import HOW_FABRIC_FSDP1, HOW_FABRIC_FSDP2, choose_fabric_strategy
-from precision_fsdp.sharding import fsdp_version_of, units_to_shard
+from precision_fsdp.selection import choose_fabric_strategy
+from precision_fsdp.sharding.strategy import FSDP2StrategyImpl
+from precision_fsdp.sharding.units import fsdp_version_of, units_to_shard
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -100,7 +100,7 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
         (Adam's ``eps=1e-8`` under ``16-true``; see [`precision_base.numerics`][]).
 
         Raises:
-            precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+            precision_base.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         self._underflow((optimizer,), self.spec, self._rank_zero_warn)
         self._sharded_init(optimizer, self.spec, self._rank_zero_warn)
@@ -150,9 +150,9 @@ class FabricFSDP2StrategyImpl(FSDP2StrategyImpl):
 
     @override
     def _units(self, model: torch.nn.Module) -> tuple[list[torch.nn.Module], set[int]]:
-        """Exactly the units `auto_wrap_policy` selects ([`units_to_shard`][precision_fsdp.sharding.units_to_shard]):
-        Fabric runs the model's forward, so the model's own unit gathers everything else, as FSDP1's wrap policy
-        leaves it to the root."""
+        """Exactly the units `auto_wrap_policy` selects
+        ([`units_to_shard`][precision_fsdp.sharding.units.units_to_shard]): Fabric runs the model's forward, so the
+        model's own unit gathers everything else, as FSDP1's wrap policy leaves it to the root."""
         return units_to_shard(model, self.auto_wrap_policy), set()
 
     def _shard_by_policy(self, module: torch.nn.Module, device_mesh: DeviceMesh) -> torch.nn.Module:
@@ -181,8 +181,6 @@ class FSDP2Strategy(FabricFSDP2StrategyImpl, _FabricModelParallelStrategy):  # t
 
 
 __all__ = [
-    "HOW_FABRIC_FSDP1",
-    "HOW_FABRIC_FSDP2",
     "FSDP2Strategy",
     "FSDPPrecision",
     "FabricFSDP2StrategyImpl",

@@ -21,18 +21,18 @@ from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
 from precision_base.doors import check_caller
 from precision_base.extra import ExtraPrecisionFeature
+from precision_base.keep_fp32 import KeepFP32, KeepSpec
 from precision_base.numerics import UnderflowCheck
+from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS
 from precision_fsdp import _compat
 from precision_fsdp.checkpoints import CheckpointMixin
-from precision_fsdp.clipping import clip_error_class, clip_grad_norm
-from precision_fsdp.float8 import Fp8Filter
-from precision_fsdp.float8_feature import check_options, converted, feature_for
-from precision_fsdp.keep_fp32 import KeepFP32, KeepFP32Error, KeepSpec
-from precision_fsdp.model_sharding import KEEP_FP32_FSDP1, ModelShardingMixin
-from precision_fsdp.overflow import DEFAULT_MAX_SKIPPED_STEPS
+from precision_fsdp.clipping import clip_grad_norm
+from precision_fsdp.dtypes import describe_facts, dtype_table
+from precision_fsdp.errors import KeepFP32Error, clip_error_class
+from precision_fsdp.float8.config import Fp8Filter
+from precision_fsdp.float8.feature import check_options, converted, feature_for
+from precision_fsdp.float8.recipes import FLOAT8
 from precision_fsdp.policy import DtypePlan, dtype_name, parse_dtype
-from precision_fsdp.recipes import FLOAT8
-from precision_fsdp.root_unit import gather_root_in_steps
 from precision_fsdp.scaler import (
     check_scaler,
     check_scaler_options,
@@ -41,12 +41,13 @@ from precision_fsdp.scaler import (
     provisional_device,
     ready_scaler,
 )
+from precision_fsdp.schedule import SwitchMixin
 from precision_fsdp.selection import choose_strategy
-from precision_fsdp.sharded_init import ShardedInitCheck
-from precision_fsdp.sharding import FSDPVersion, fsdp1_root, fsdp_version_of
+from precision_fsdp.sharding.model import KEEP_FP32_FSDP1, ModelShardingMixin
+from precision_fsdp.sharding.root_unit import gather_root_in_steps
+from precision_fsdp.sharding.sharded_init import ShardedInitCheck
+from precision_fsdp.sharding.units import FSDPVersion, fsdp1_root, fsdp_version_of
 from precision_fsdp.steps import StepWatch
-from precision_fsdp.switching import SwitchMixin
-from precision_fsdp.tables import describe_facts, dtype_table
 
 if TYPE_CHECKING:
     from lightning.pytorch.plugins.precision import FSDPPrecision as _LightningBase
@@ -85,7 +86,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         growth_factor: factor the default scaler multiplies its scale by after ``growth_interval`` clean steps.
         backoff_factor: factor the default scaler multiplies its scale by after a step with inf/NaN gradients.
         growth_interval: number of consecutive clean steps before the default scaler grows its scale.
-        max_skipped_steps: stop training with [`OverflowStormError`][precision_base.overflow.OverflowStormError] after
+        max_skipped_steps: stop training with [`OverflowStormError`][precision_base.errors.OverflowStormError] after
             this many
             optimizer steps in a row were skipped for inf/NaN gradients (default 50; ``None`` never stops); a
             warning is given at half that count. Applies to ``16-mixed`` (the scaler skips such steps) and to the
@@ -97,7 +98,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
             CPU tests; slower than ``bf16-mixed``). Default ``False``: no FP8 hardware is an error.
         fp8_filter: ``fp8-*`` only: which Linear layers to convert, as qualified-name patterns or a callable
             ``(module, fqn) -> bool``; replaces the defaults (dims multiples of 16, not the first or last Linear).
-            See [`precision_fsdp.float8`][].
+            See [`precision_fsdp.float8.config`][].
         keep_fp32: modules that keep float32 parameters and compute in float32 while the rest follows the
             precision: qualified-name patterns (``"lm_head"``, ``"layers.*.norm"``) and/or module classes
             (``torch.nn.LayerNorm``). FSDP2 only: each is sharded as its own unit with a float32
@@ -305,12 +306,12 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         """``*-true``: cast floating parameters and buffers to fp16/bf16/fp32 (skipped when they already are, which
         `fully_shard` ensures). ``*-mixed``: unchanged, parameters stay fp32. A LightningModule that is itself an
         FSDP2 unit holding parameters and defines no ``forward`` gets step methods that gather them
-        ([`precision_fsdp.root_unit.gather_root_in_steps`][]; logged on rank 0).
+        ([`precision_fsdp.sharding.root_unit.gather_root_in_steps`][]; logged on rank 0).
 
         Raises:
-            precision_fsdp.float8.Float8UnavailableError: ``fp8-*`` and no Linear layer of the model was converted
+            precision_fsdp.errors.Float8UnavailableError: ``fp8-*`` and no Linear layer of the model was converted
                 (sub-modules sharded before the whole model was seen, or a filter that chose none).
-            precision_base.doors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
+            precision_base.errors.WrongDoorError: Lightning code of the other door (Fabric for this Trainer class, a
                 Trainer strategy for the Fabric class) is setting the plugin up; the message names the class to use.
         """
         check_caller(self)
@@ -372,7 +373,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         Warns: the first step of an optimizer that `connect` did not see gets its numerics check (see `connect`).
 
         Raises:
-            precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+            precision_base.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         self._underflow((optimizer,), self.spec, self._rank_zero_warn)
         self._sharded_init(optimizer, self.spec, self._rank_zero_warn)
@@ -390,7 +391,7 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         """Clip by the exact global norm: DTensor gradients under FSDP2, the root's ``clip_grad_norm_`` under FSDP1.
 
         Raises:
-            precision_fsdp.clipping.ClipGradNormError: (also Lightning's ``MisconfigurationException``, as the
+            precision_fsdp.errors.ClipGradNormError: (also Lightning's ``MisconfigurationException``, as the
                 built-in raises) the global norm cannot be computed exactly; the message starts with Lightning's and
                 names ``gradient_clip_algorithm='value'`` and the other alternatives.
         """

@@ -21,7 +21,10 @@ passed to ``fully_shard``. A kept module sharded with another policy is refused 
 
 FSDP1 (``FullyShardedDataParallel``) applies one ``MixedPrecision`` per wrapped unit and autocast per model; it has
 no public per-module float32 override, so ``keep_fp32`` with FSDP1 is refused
-([`KeepFP32Error`][precision_fsdp.keep_fp32.KeepFP32Error]).
+([`KeepFP32Error`][precision_fsdp.errors.KeepFP32Error]).
+
+The rules (``KeepFP32``: which modules a ``keep_fp32`` entry or a default rule keeps, their float32 forward) are
+[`precision_base.keep_fp32`][]'s, shared with the DeepSpeed plugin; this module adds the FSDP cast around them.
 """
 
 from __future__ import annotations
@@ -30,14 +33,7 @@ from collections.abc import Sequence
 
 import torch
 
-from precision_base import PrecisionPluginError
-from precision_base.keep_fp32 import KeepFP32, KeepSpec, install_fp32_forward, is_kept, iter_kept
-
-__all__ = ["KeepFP32", "KeepFP32Error", "KeepSpec", "cast_except_kept_", "install_fp32_forward", "is_kept", "iter_kept"]
-
-
-class KeepFP32Error(PrecisionPluginError, ValueError):
-    """``keep_fp32`` cannot be honoured as asked (FSDP1, or a kept module sharded inside another unit)."""
+__all__ = ["cast_except_kept_"]
 
 
 def cast_except_kept_(module: torch.nn.Module, dtype: torch.dtype, kept: Sequence[torch.nn.Module]) -> None:

@@ -15,7 +15,7 @@ import torch
 from precision_base import DtypeTable
 from precision_base.plugin_support import precision_dtype
 from precision_fsdp._compat import MixedPrecision, MixedPrecisionPolicy
-from precision_fsdp.sharding import FSDPVersion
+from precision_fsdp.sharding.units import FSDPVersion
 
 _DTYPE_NAMES: dict[str, torch.dtype] = {
     "float32": torch.float32,

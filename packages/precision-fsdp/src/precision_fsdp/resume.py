@@ -22,15 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Optional
 
+from precision_fsdp.errors import PrecisionChangeError
+from precision_fsdp.float8.recipes import FLOAT8
 from precision_fsdp.policy import DtypePlan, dtype_name
-from precision_fsdp.recipes import FLOAT8
 
 CHECKPOINT_KEY: Final = "precision_fsdp"
 """Top-level checkpoint key holding ``{"precision": <the precision the checkpoint was written under>}``."""
-
-
-class PrecisionChangeError(ValueError):
-    """A checkpoint cannot be resumed under the plugin's precision (the message names both precisions)."""
 
 
 def record(checkpoint: dict[str, Any], precision: str) -> None:

@@ -18,7 +18,7 @@ import torch
 from torch.amp import GradScaler
 
 from precision_fsdp._compat import scaler_device, sharded_grad_scaler_class
-from precision_fsdp.sharding import FSDPVersion
+from precision_fsdp.sharding.units import FSDPVersion
 
 SCALER_OPTIONS: tuple[str, ...] = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 """Names of the scaler settings the plugin accepts as keyword options (``resolve("fsdp:16-mixed", init_scale=...)``)."""

@@ -1,7 +1,7 @@
 """Which Lightning strategy an FSDP precision plugin trains with, chosen before Lightning sees any argument.
 
-* ``strategy="auto"`` becomes [`FSDP2Strategy`][precision_fsdp.fsdp2_strategy.FSDP2Strategy] on every accelerator, CUDA
-  included: FSDP2 (``fully_shard``) is the FSDP PyTorch develops (FSDP1 is in maintenance), it is the one that runs
+* ``strategy="auto"`` becomes [`FSDP2Strategy`][precision_fsdp.sharding.strategy.FSDP2Strategy] on every accelerator,
+  CUDA included: FSDP2 (``fully_shard``) is the FSDP PyTorch develops (FSDP1 is in maintenance), it is the one that runs
   on CPU (gloo) as well as on GPUs, so one default behaves the same everywhere, and its per-parameter DTensor
   sharding gives the exact global norm for clip-by-norm. The model is sharded by a default policy unless the
   LightningModule shards it in ``configure_model``.
@@ -27,7 +27,7 @@ from typing import Any, Union
 from precision_base.namespaces import NAMESPACES, for_namespace
 from precision_base.plugin_support import registered_strategy_class, uses_cpu, wrong_strategy_error
 from precision_fsdp._compat import fsdp1_state_dict_type, fsdp2_cpu_problem, lightning_fsdp_on_cpu_message
-from precision_fsdp.fsdp2_strategy import FSDP2Strategy
+from precision_fsdp.sharding.strategy import FSDP2Strategy
 
 HOW_FSDP2 = (
     'strategy="auto" (FSDP2, sharded by a default policy; precision_fsdp.FSDP2Strategy(auto_wrap_policy=...) to '

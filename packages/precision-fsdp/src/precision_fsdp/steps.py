@@ -10,7 +10,7 @@ with the DeepSpeed plugin; how a step is known to be skipped is FSDP's:
 * ``16-mixed``: the loss scaler skips a step with inf/NaN gradients and lowers its scale: a step after which the
   scale fell was skipped;
 * other precisions with ``check_finite_grads=True``: a step whose gradients hold inf/NaN on any rank
-  ([`precision_fsdp.overflow.grads_finite`][], one all-reduce) is skipped on every rank: its gradients are dropped
+  ([`precision_fsdp.steps.grads_finite`][], one all-reduce) is skipped on every rank: its gradients are dropped
   before the optimizer runs (parameters without gradients are not stepped).
 
 Other precisions are not watched (nothing skips their steps).
@@ -18,10 +18,13 @@ Other precisions are not watched (nothing skips their steps).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Optional
 
-from precision_fsdp.overflow import OverflowWatch, grads_finite
+import torch
+
+from precision_base.overflow import OverflowWatch
+from precision_fsdp._compat import DTensor
 from precision_fsdp.scaler import loss_scale
 
 
@@ -61,7 +64,7 @@ class StepWatch:
         before the hooks, clipping and the optimizer.
 
         Raises:
-            precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+            precision_base.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         if self.check_finite and self.overflow is not None:
             skipped = [False]
@@ -81,7 +84,7 @@ class StepWatch:
         are checked (and dropped if not finite) first.
 
         Raises:
-            precision_fsdp.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+            precision_base.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         if self.check_finite and self.overflow is not None:
             skipped = drop_nonfinite_grads(optimizer)
@@ -107,6 +110,28 @@ class StepWatch:
         return self.overflow.stats() if self.overflow is not None else {}
 
 
+def grads_finite(params: Iterable[torch.Tensor]) -> bool:
+    """Whether every gradient of ``params`` is finite on every rank (one all-reduce when a process group exists).
+
+    FSDP2 gradients are DTensors: each rank checks its own shard, and the flag is reduced over the default group.
+    """
+    finite = torch.ones((), dtype=torch.int32)
+    device: Optional[torch.device] = None
+    for p in params:
+        if p.grad is None:
+            continue
+        grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+        device = grad.device
+        if not bool(torch.isfinite(grad).all()):
+            finite.zero_()
+            break
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if torch.distributed.get_backend() == "nccl" and device is not None:
+            finite = finite.to(device)
+        torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+    return bool(finite.item())
+
+
 def drop_nonfinite_grads(optimizer: Any) -> bool:
     """``check_finite_grads``: whether any rank's gradients hold inf/NaN; if so they are dropped, so that the
     optimizer steps no parameter (parameters without gradients are not stepped)."""
@@ -117,4 +142,4 @@ def drop_nonfinite_grads(optimizer: Any) -> bool:
     return True
 
 
-__all__ = ["StepWatch", "drop_nonfinite_grads"]
+__all__ = ["StepWatch", "drop_nonfinite_grads", "grads_finite"]

@@ -14,10 +14,9 @@ so a third-party plugin is audited with no code of its own. See the docs page "P
 from __future__ import annotations
 
 from precision_base.audit.callback import ENV_VARIABLE, PrecisionAudit, PrecisionAuditImpl, audit_from_env
-from precision_base.audit.core import AuditSession, PrecisionAuditWarning
+from precision_base.audit.core import AuditSession
 from precision_base.audit.fabric import FabricAudit, audit_fabric_steps
 from precision_base.audit.report import ROLES, AuditReport, AuditRow
-from precision_base.errors import PrecisionAuditError
 
 __all__ = [
     "ENV_VARIABLE",
@@ -27,9 +26,7 @@ __all__ = [
     "AuditSession",
     "FabricAudit",
     "PrecisionAudit",
-    "PrecisionAuditError",
     "PrecisionAuditImpl",
-    "PrecisionAuditWarning",
     "audit_fabric_steps",
     "audit_from_env",
 ]

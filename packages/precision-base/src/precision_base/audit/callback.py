@@ -60,7 +60,7 @@ class PrecisionAuditImpl(_CallbackBase):
         steps: optimizer steps to observe (default 1).
         strict: on a mismatch on any rank, raise [`PrecisionAuditError`][precision_base.errors.PrecisionAuditError] on
             every rank
-            (default: warn with [`PrecisionAuditWarning`][precision_base.audit.PrecisionAuditWarning] listing the rows
+            (default: warn with [`PrecisionAuditWarning`][precision_base.errors.PrecisionAuditWarning] listing the rows
             that differ).
         print_report: print the whole report at rank 0 when the audit ends.
         at_step: start observing at this optimizer step (``trainer.global_step``) instead of when training starts,

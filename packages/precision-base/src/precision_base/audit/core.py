@@ -10,11 +10,7 @@ from precision_base.audit.observe import Recorder
 from precision_base.audit.report import AuditReport, AuditRow
 from precision_base.contract import DtypeTable
 from precision_base.doors.identity import door_of
-from precision_base.errors import PrecisionAuditError, PrecisionPluginWarning
-
-
-class PrecisionAuditWarning(PrecisionPluginWarning):
-    """The audit found dtypes that differ from the plugin's table (``strict=False``)."""
+from precision_base.errors import PrecisionAuditError, PrecisionAuditWarning
 
 
 def plugin_table(plugin: Any) -> DtypeTable:
@@ -120,4 +116,4 @@ class AuditSession:
         return report
 
 
-__all__ = ["AuditSession", "PrecisionAuditWarning", "plugin_table"]
+__all__ = ["AuditSession", "plugin_table"]

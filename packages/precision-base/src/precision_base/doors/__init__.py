@@ -7,14 +7,15 @@
 * [`precision_base.doors.fabric`][]: the Fabric door (``precision_base.Fabric``'s mixin, ``prepare_fabric_kwargs``,
   ``resolve_fabric``);
 * [`precision_base.doors.identity`][], exported here: which door a plugin class belongs to, and
-  [`WrongDoorError`][precision_base.doors.WrongDoorError] for the other door's class
+  [`WrongDoorError`][precision_base.errors.WrongDoorError] for the other door's class
   ([`check_caller`][precision_base.doors.check_caller] for a plugin's ``convert_module``).
 
-Names resolve through [`precision_base.registry.resolve`][] at the door. The public names stay where they were:
-``precision_base.Trainer`` / ``Fabric`` / ``prepare_trainer_kwargs``, [`precision_base.front_door`][] and
-[`precision_base.fabric`][]. Importing this package imports no torch or Lightning module.
+Names resolve through [`precision_base.registry.resolve`][] at the door. Users import the public names from
+``precision_base`` (``Trainer``, ``Fabric``, the two mixins, ``prepare_trainer_kwargs``, ``prepare_fabric_kwargs``,
+``resolve_fabric``); every fact about a door is in [`precision_base.door_table`][]. Importing this package imports no
+torch or Lightning module.
 """
 
-from precision_base.doors.identity import Door, WrongDoorError, check_caller, door_of, wrong_door_error
+from precision_base.doors.identity import check_caller, door_of, wrong_door_error
 
-__all__ = ["Door", "WrongDoorError", "check_caller", "door_of", "wrong_door_error"]
+__all__ = ["check_caller", "door_of", "wrong_door_error"]

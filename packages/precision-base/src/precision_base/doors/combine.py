@@ -16,10 +16,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from precision_base.cant_train import GRAD_CHECK_STEPS, NoGradientWarning, no_gradient_message
+from precision_base.cant_train import GRAD_CHECK_STEPS, no_gradient_message
 from precision_base.contract import PrecisionPlugin
-from precision_base.doors.identity import Door, door_of, wrong_door_error
-from precision_base.errors import PrecisionPluginError, TrainerConfigurationError, describe, type_name
+from precision_base.door_table import DOORS, Door, DoorFacts, other_door
+from precision_base.doors.identity import door_of, wrong_door_error
+from precision_base.errors import (
+    NoGradientWarning,
+    PrecisionPluginError,
+    TrainerConfigurationError,
+    describe,
+    type_name,
+)
 from precision_base.namespaces import lightning_root, namespace_of
 from precision_base.registry import resolve
 from precision_base.spec import PRECISIONS, normalize_precision
@@ -27,35 +34,30 @@ from precision_base.spec import PRECISIONS, normalize_precision
 
 @dataclass(frozen=True)
 class DoorDescription:
-    """What differs between the Trainer and the Fabric door;
-    [`combine_door_kwargs`][precision_base.doors.combine.combine_door_kwargs] does the rest.
+    """What a door does its own way; [`combine_door_kwargs`][precision_base.doors.combine.combine_door_kwargs] does
+    the rest, and every fact about the door (its namespaces, the classes its mixin goes before, Lightning's plugin
+    types) comes from [`DOORS`][precision_base.door_table.DOORS].
 
     Attributes:
         name: ``"Trainer"`` or ``"Fabric"`` (the ``door=`` of [`precision_base.registry.resolve`][]).
-        namespaces: the Lightning namespaces of the door's class; the first is the default.
-        plugin_types: the plugin types Lightning names when it refuses an entry of ``plugins=`` at this door.
-        bases: the Lightning classes the door's mixin is listed before, for the error without one.
         check_instance: checks an instance given as ``precision_plugin=`` (``(plugin, namespace, precision_class)``)
             and returns it.
         keep: errors of resolving a name in ``plugins=`` that propagate unchanged (not "invalid type for plugin").
     """
 
     name: Door
-    namespaces: tuple[str, ...]
-    plugin_types: str
-    bases: str
     check_instance: Callable[[Any, str, type], Any]
     keep: tuple[type[BaseException], ...] = ()
 
     @property
-    def other(self) -> Door:
-        """The other door, whose plugin classes this one refuses."""
-        return "Fabric" if self.name == "Trainer" else "Trainer"
+    def facts(self) -> DoorFacts:
+        """This door's row of [`DOORS`][precision_base.door_table.DOORS]."""
+        return DOORS[self.name]
 
 
 class GradientWatch:
     """The first ``GRAD_CHECK_STEPS`` optimizer steps of a run, at either door: warns once
-    ([`NoGradientWarning`][precision_base.cant_train.NoGradientWarning]) when no trainable parameter of the optimizer
+    ([`NoGradientWarning`][precision_base.errors.NoGradientWarning]) when no trainable parameter of the optimizer
     had a
     gradient. Each door's callback calls [`step`][precision_base.doors.combine.GradientWatch.step] from its
     optimizer-step hook."""
@@ -116,7 +118,8 @@ def resolve_name_in_plugins(name: str, namespace: str, door: DoorDescription) ->
             raise
         raise _plugin_name_error(
             namespace,
-            f"Found invalid type for plugin {describe(name)[1:-1]}. Expected one of: {door.plugin_types}. A string "
+            f"Found invalid type for plugin {describe(name)[1:-1]}. Expected one of: {door.facts.plugin_types}. "
+            "A string "
             f"in plugins= is read as a precision plugin name, and {describe(name)} is not one: {exc}",
         ) from exc
 
@@ -186,17 +189,17 @@ def combine_door_kwargs(
         kwargs: the door's other keyword arguments; not modified.
         door: what differs per door ([`precision_base.doors.trainer.TRAINER`][],
             [`precision_base.doors.fabric.FABRIC`][]): the other door's plugin classes are refused.
-        namespace: the Lightning namespace of the door's class (one of ``door.namespaces``).
+        namespace: the Lightning namespace of the door's class (one of ``door.facts.namespaces``).
     """
-    if namespace not in door.namespaces:
-        raise ValueError(f"namespace must be one of {door.namespaces}, got {describe(namespace)}")
+    if namespace not in door.facts.namespaces:
+        raise ValueError(f"namespace must be one of {door.facts.namespaces}, got {describe(namespace)}")
     lightning: Any = lightning_root(namespace)
     precision_class: type = lightning.plugins.precision.Precision
     given = as_list(kwargs.get("plugins"))
     named = [p for p in given if isinstance(p, str)]
     plugins = [resolve_name_in_plugins(p, namespace, door) if isinstance(p, str) else p for p in given]
     for plugin in plugins:
-        if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == door.other:
+        if isinstance(plugin, PrecisionPlugin) and door_of(plugin) == other_door(door.name):
             raise wrong_door_error(plugin, door.name, where="plugins=")
     chosen: Optional[Any] = None
     if isinstance(precision_plugin, str):
@@ -235,10 +238,11 @@ def combine_door_kwargs(
 
 def door_namespace(cls: type, mixin: type, door: DoorDescription) -> str:
     """The Lightning namespace of the class ``cls`` that uses the ``door``'s ``mixin``; a ``TypeError`` naming
-    ``door.bases`` (what to list the mixin before) when ``cls`` has no such Lightning base."""
+    ``door.facts.lightning_classes`` (what to list the mixin before) when ``cls`` has no such Lightning base."""
     namespace = namespace_of(cls)
-    if namespace not in door.namespaces:
-        bases, example = door.bases, door.bases.split(" or ")[0]
+    if namespace not in door.facts.namespaces:
+        bases = door.facts.lightning_classes
+        example = bases.split(" or ")[0]
         raise TypeError(
             f"{cls.__qualname__} uses {mixin.__name__} without a Lightning {door.name} base: list the mixin before "
             f"{bases}, e.g. class My{door.name}({mixin.__name__}, {example})"
@@ -251,7 +255,7 @@ def check_mixin_first(cls: type, mixin: type, door: DoorDescription) -> None:
     """Refuse a class that lists the namespace's ``Trainer``/``Fabric`` (``door.name``) before the door's ``mixin``:
     the mixin's ``__init__`` would never run."""
     namespace = namespace_of(cls)
-    if namespace in door.namespaces:
+    if namespace in door.facts.namespaces:
         base = getattr(lightning_root(namespace), door.name)
         mro = cls.__mro__
         if base in mro and mro.index(base) < mro.index(mixin):

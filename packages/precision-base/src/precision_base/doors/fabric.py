@@ -36,25 +36,8 @@ from precision_base.errors import (
     TrainerConfigurationError,
     type_name,
 )
-from precision_base.namespaces import FABRIC_NAMESPACES, namespace_of
+from precision_base.namespaces import namespace_of
 from precision_base.registry import get_plugin_class, resolve
-
-
-def bind_device_from_inputs(plugin: PrecisionPlugin, data: Any) -> None:
-    """Fabric plugin classes call this in ``convert_input``: Fabric has no ``connect`` hook, so the device autocast
-    runs on is learned from the first tensor in ``data`` (Fabric moved the inputs to the strategy's device)."""
-    import torch
-
-    stack = [data]
-    while stack:
-        item = stack.pop(0)
-        if isinstance(item, torch.Tensor):
-            plugin.bind_device(item.device)
-            return
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
 
 
 def fabric_class(backend: str) -> type:
@@ -97,9 +80,6 @@ def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any
 
 FABRIC = combine.DoorDescription(
     name="Fabric",
-    namespaces=FABRIC_NAMESPACES,
-    plugin_types="Precision, CheckpointIO, ClusterEnvironment",
-    bases="lightning.fabric.Fabric or lightning_fabric.Fabric",
     check_instance=_checked_instance,
     keep=(FabricNotSupportedError,),
 )
@@ -175,7 +155,7 @@ class PrecisionPluginFabricMixin:
         parameters the strategy replaced (FSDP2's ``fully_shard`` does, so the loss would stay flat) is refused.
 
         Raises:
-            precision_base.cant_train.StaleOptimizerError: the message names the parameters and gives the fix
+            precision_base.errors.StaleOptimizerError: the message names the parameters and gives the fix
                 (``setup_module``, then the optimizer from the set-up model's parameters, then ``setup_optimizers``).
         """
         if not self._checks_apply():
@@ -204,7 +184,7 @@ class PrecisionPluginFabricMixin:
         [`setup_module`][precision_base.doors.fabric.PrecisionPluginFabricMixin.setup_module] replaced them.
 
         Raises:
-            precision_base.cant_train.StaleOptimizerError: the message names the parameters and gives the fix.
+            precision_base.errors.StaleOptimizerError: the message names the parameters and gives the fix.
         """
         if self._checks_apply():
             for ref, before in self._set_up_models:
@@ -245,8 +225,6 @@ class _GradientCheck:
 
 __all__ = [
     "FABRIC",
-    "FabricNotSupportedError",
-    "bind_device_from_inputs",
     "PrecisionPluginFabricMixin",
     "fabric_class",
     "prepare_fabric_kwargs",

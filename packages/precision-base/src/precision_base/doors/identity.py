@@ -17,22 +17,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from precision_base._compat import caller_frames
-from precision_base.errors import PrecisionPluginError, TrainerConfigurationError
-from precision_base.namespaces import Door, door_of, namespace_of
+from precision_base.door_table import DOORS, Door, door_of_namespace, other_door
+from precision_base.errors import PrecisionPluginError, WrongDoorError
+from precision_base.namespaces import door_of, namespace_of
 
-
-class WrongDoorError(TrainerConfigurationError):
-    """A plugin instance built for a Trainer was handed to Fabric, or one built for Fabric to a Trainer.
-
-    Attributes:
-        plugin: the instance that was refused.
-        door: ``"Trainer"`` or ``"Fabric"``, the door it was handed to.
-    """
-
-    def __init__(self, message: str, *, plugin: Any, door: Door) -> None:
-        super().__init__(message)
-        self.plugin = plugin
-        self.door = door
+NAMESPACES = tuple(n for facts in DOORS.values() for n in facts.namespaces)
+"""Every Lightning namespace of every door."""
 
 
 def _class_path(plugin: Any, door: Door) -> str:
@@ -47,7 +37,7 @@ def _class_path(plugin: Any, door: Door) -> str:
         except PrecisionPluginError:  # an unregistered backend only loses the class name in the message
             info = None
         if info is not None:
-            ref = info.fabric_class if door == "Fabric" else info.plugin_class
+            ref = getattr(info, DOORS[door].info_field)
     return ref.replace(":", ".") if ref else ""
 
 
@@ -60,24 +50,23 @@ def wrong_door_error(plugin: Any, door: Door, *, where: str = "") -> WrongDoorEr
         where: how it was handed over, e.g. ``"precision_plugin="`` or ``"Fabric.setup()"``; shown in the message.
 
     Returns:
-        A [`WrongDoorError`][precision_base.doors.identity.WrongDoorError] whose message names the class to use for
+        A [`WrongDoorError`][precision_base.errors.WrongDoorError] whose message names the class to use for
         ``door`` (from the backend's
         ``PluginInfo``) and the plugin name that builds it.
     """
-    built_for: Door = "Fabric" if door == "Trainer" else "Trainer"
+    built_for = other_door(door)
     cls = type(plugin)
     spec = getattr(plugin, "spec", None)
     use = _class_path(plugin, door)
     shown = f"{where} got " if where else ""
     message = (
         f"{shown}{plugin!r}, an instance of {cls.__module__}.{cls.__qualname__}: that is the plugin class for "
-        f"{'Lightning Fabric' if built_for == 'Fabric' else 'a Lightning Trainer'} ({namespace_of(plugin)}), and a "
+        f"{DOORS[built_for].described} ({namespace_of(plugin)}), and a "
         f"{door} cannot use it."
     )
     if use and spec:
         message += f" Use {use}({getattr(plugin, 'precision', '')!r}) instead"
-        door_call = "precision_base.Fabric" if door == "Fabric" else "precision_base.Trainer"
-        message += f", or pass the name: {door_call}(precision_plugin={spec!r})."
+        message += f", or pass the name: {DOORS[door].user_class}(precision_plugin={spec!r})."
     elif spec:
         message += (
             f" The backend {getattr(plugin, 'backend', '?')!r} registers no class for {door}"
@@ -86,23 +75,15 @@ def wrong_door_error(plugin: Any, door: Door, *, where: str = "") -> WrongDoorEr
     return WrongDoorError(message, plugin=plugin, door=door)
 
 
-_LIGHTNING_PACKAGES = {
-    "lightning.fabric": "Fabric",
-    "lightning_fabric": "Fabric",
-    "lightning.pytorch": "Trainer",
-    "pytorch_lightning": "Trainer",
-}
-
-
 def _calling_door(depth: int) -> tuple[Optional[Door], str]:
     """The door of the first Lightning module among the 8 frames above ``depth`` frames of the call stack, and where
     in it the call came from (``"Fabric.setup()"``, ``"lightning.pytorch.strategies.model_parallel (setup)"``).
     The frames come from `precision_base._compat.caller_frames` (``sys._getframe``, fenced there)."""
     for module, function in caller_frames(depth + 1, 8):
-        for package, door in _LIGHTNING_PACKAGES.items():
-            if module == package or module.startswith(package + "."):
-                shown = f"Fabric.{function}()" if module.endswith(".fabric") else f"{module} ({function})"
-                return door, shown  # type: ignore[return-value]
+        door = door_of_namespace(next((n for n in NAMESPACES if module == n or module.startswith(n + ".")), None))
+        if door is not None:
+            shown = f"Fabric.{function}()" if module.endswith(".fabric") else f"{module} ({function})"
+            return door, shown
     return None, ""
 
 
@@ -124,4 +105,4 @@ def check_caller(plugin: Any) -> None:
     raise wrong_door_error(plugin, caller, where=module)
 
 
-__all__ = ["Door", "WrongDoorError", "check_caller", "door_of", "wrong_door_error"]
+__all__ = ["check_caller", "door_of", "wrong_door_error"]

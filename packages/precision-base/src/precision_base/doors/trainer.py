@@ -61,9 +61,6 @@ def _checked_instance(plugin: Any, namespace: str, precision_class: type) -> Any
 
 TRAINER = combine.DoorDescription(
     name="Trainer",
-    namespaces=NAMESPACES,
-    plugin_types="Precision, CheckpointIO, ClusterEnvironment, or LayerSync",
-    bases="lightning.Trainer or pytorch_lightning.Trainer",
     check_instance=_checked_instance,
 )
 """The Trainer door, as [`combine_door_kwargs`][precision_base.doors.combine.combine_door_kwargs] sees it."""
@@ -199,9 +196,9 @@ def _trainability_check(namespace: str) -> type:
     """The Trainer door's callback (built once per namespace) that refuses or warns about a run that cannot train
     ([`precision_base.cant_train`][]): at ``setup`` it notes the LightningModule's parameters; at ``on_fit_start``
     (after ``configure_model`` and ``configure_optimizers``) an optimizer that holds parameters the strategy
-    replaced raises [`StaleOptimizerError`][precision_base.cant_train.StaleOptimizerError]; on the first optimizer
+    replaced raises [`StaleOptimizerError`][precision_base.errors.StaleOptimizerError]; on the first optimizer
     steps, no
-    trainable parameter with a gradient warns ([`NoGradientWarning`][precision_base.cant_train.NoGradientWarning])."""
+    trainable parameter with a gradient warns ([`NoGradientWarning`][precision_base.errors.NoGradientWarning])."""
     with _lock:
         cls = _check_classes.get(namespace)
         if cls is None:

@@ -18,19 +18,15 @@ rank code is [`precision_base.testing.audit_fit`][]). This repository's own test
 the dummy plugin) are in the unpublished workspace package ``precision-testsupport``, not in this package.
 """
 
-from typing import Any
+from precision_base.lazy import lazy_exports
 
 __all__ = ["FabricPluginConformance", "PluginConformance"]
 
-
-def __getattr__(name: str) -> Any:
-    # lazy: the kit needs pytest, the launcher beside it must not
-    if name == "PluginConformance":
-        from precision_base.testing.conformance import PluginConformance
-
-        return PluginConformance
-    if name == "FabricPluginConformance":
-        from precision_base.testing.fabric_conformance import FabricPluginConformance
-
-        return FabricPluginConformance
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# lazy: the kit needs pytest, the launcher beside it must not
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "PluginConformance": "precision_base.testing.conformance",
+        "FabricPluginConformance": "precision_base.testing.fabric_conformance",
+    },
+)

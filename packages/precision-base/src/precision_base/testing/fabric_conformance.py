@@ -22,10 +22,12 @@ from typing import Any
 import pytest
 
 from precision_base.contract import PrecisionPlugin
-from precision_base.doors import WrongDoorError, door_of
-from precision_base.fabric import fabric_class, resolve_fabric
+from precision_base.doors import door_of
+from precision_base.doors.fabric import fabric_class, resolve_fabric
+from precision_base.errors import WrongDoorError
 from precision_base.loading import load_class
-from precision_base.registry import get_entry, lightning_before_mixin, resolve
+from precision_base.plugin_classes import lightning_before_mixin
+from precision_base.registry import get_entry, resolve
 from precision_base.testing.conformance import ConformanceChecks
 
 
@@ -111,7 +113,7 @@ class FabricPluginConformance(ConformanceChecks):
         assert self._declared_fabric_class().replace(":", ".") in refused, f"the message names no class: {refused}"
 
     def test_trainer_door_refuses_the_fabric_class(self, plugin: Any) -> None:
-        from precision_base.front_door import prepare_trainer_kwargs
+        from precision_base.doors.trainer import prepare_trainer_kwargs
 
         try:
             prepare_trainer_kwargs(plugin, {"accelerator": "cpu"})

@@ -1,5 +1,5 @@
 """The fence, float8-switch part: switching a sharded model away from torchao's float8 training
-([`precision_fsdp.float8_switch`][]).
+([`precision_fsdp.float8.switch`][]).
 
 Every private torch / torchao attribute that undoing torchao's conversion on an FSDP2-sharded model touches, one
 small function each. See `precision_fsdp._compat` for the rules; `FENCED` lists this module's entries

@@ -55,8 +55,8 @@ def configure_model_counted_as_overridden(module: Any) -> Iterator[None]:
     """Inside the block, Lightning's ``is_overridden("configure_model", module)`` is true.
 
     ``ModelParallelStrategy.setup`` refuses a LightningModule that does not override ``configure_model`` (it assumes
-    nothing else shards the model). When [`FSDP2Strategy`][precision_fsdp.fsdp2_strategy.FSDP2Strategy] has sharded the
-    model itself, it runs Lightning's ``setup`` inside this block. Undocumented behaviour used: ``is_overridden``
+    nothing else shards the model). When [`FSDP2Strategy`][precision_fsdp.sharding.strategy.FSDP2Strategy] has sharded
+    the model itself, it runs Lightning's ``setup`` inside this block. Undocumented behaviour used: ``is_overridden``
     compares ``getattr(module, "configure_model")`` with ``LightningModule.configure_model``, so an instance
     attribute holding another function counts as an override. The attribute is removed on exit. A LightningModule
     whose class overrides ``configure_model`` is left as it is.

@@ -94,7 +94,7 @@ def local_tensor(tensor: Any) -> Any:
     return getattr(tensor, "_local_tensor", tensor)
 
 
-# -- FSDP2's mixed-precision policy after fully_shard (precision schedules, precision_fsdp.switch) -------------------
+# -- FSDP2's mixed-precision policy after fully_shard (precision schedules, precision_fsdp.schedule) ----------------
 # torch has no public way to change a sharded module's MixedPrecisionPolicy. FSDP2 keeps it in three places: the
 # module's state (``FSDPModule._get_fsdp_state()._mp_policy``: the forward-input and output casts), its parameter
 # group (``state._fsdp_param_group.mp_policy``) and each ``FSDPParam.mp_policy``, from which
@@ -235,7 +235,7 @@ FENCED: Final[tuple[Fenced, ...]] = (
     Fenced(
         DTENSOR_MODULE,
         "DTensor._local_tensor",
-        why="float8.is_converted on a sharded weight",
+        why="float8.config.is_converted on a sharded weight",
         check=_check_local_tensor,
     ),
     Fenced(

@@ -18,8 +18,8 @@ from precision_fsdp._compat.torch_fsdp import MixedPrecisionPolicy
 # (``torchao.quantization.quantize_`` with ``Float8TrainingOpConfig`` / ``MXFP8TrainingOpConfig`` from
 # ``torchao.prototype.moe_training.config``, torchao 0.17+) swaps each weight's data for a tensor subclass that reroutes
 # ``linear``/``mm``. MXFP8 training exists only on the weight wrapper. Which one an fp8 recipe takes is decided in
-# ``precision_fsdp.float8`` from the answers below, which probe what the installed torchao does (never its version
-# number).
+# ``precision_fsdp.float8.config`` from the answers below, which probe what the installed torchao does (never its
+# version number).
 MODULE_SWAP: Final[str] = "module swap (torchao.float8.convert_to_float8_training)"
 WEIGHT_WRAPPER: Final[str] = "weight wrapper (torchao.quantization.quantize_ with a TrainingOpConfig)"
 TORCHAO_WEIGHT_WRAPPER_CONFIG_MODULE: Final[str] = "torchao.prototype.moe_training.config"

@@ -26,8 +26,8 @@ from precision_fsdp._compat import (
     mesh_sizes,
     set_data_parallel_size,
 )
-from precision_fsdp.sharded_init import MISSING_RESET, materialize
-from precision_fsdp.sharding import (
+from precision_fsdp.sharding.sharded_init import MISSING_RESET, materialize
+from precision_fsdp.sharding.units import (
     WrapPolicy,
     class_name,
     describe_units,
@@ -48,8 +48,8 @@ ActivationCheckpointing = Union[None, type, Collection[type]]
 
 
 class FSDP2StrategyImpl(_LightningBase):
-    """All code of [`FSDP2Strategy`][precision_fsdp.fsdp2_strategy.FSDP2Strategy]; the concrete class adds Lightning's
-    ``ModelParallelStrategy`` as base
+    """All code of [`FSDP2Strategy`][precision_fsdp.sharding.strategy.FSDP2Strategy]; the concrete class adds
+    Lightning's ``ModelParallelStrategy`` as base
     (for either Lightning namespace, see ``precision_base.namespaces``).
 
     Args:
@@ -57,7 +57,7 @@ class FSDP2StrategyImpl(_LightningBase):
             ``None`` (blocks: ``_no_split_modules`` classes, else repeated same-class children of ``ModuleList`` /
             ``Sequential``; tied parameters in one unit), a set of module classes, a minimum number of parameters
             (int), or a callable with FSDP1's policy signature; the same meaning as ``FSDPStrategy``'s
-            ``auto_wrap_policy`` (see [`precision_fsdp.sharding`][]). The LightningModule is always sharded last.
+            ``auto_wrap_policy`` (see [`precision_fsdp.sharding.units`][]). The LightningModule is always sharded last.
         data_parallel_size: size of the data-parallel (sharding) dimension. ``"auto"`` (default): every process
             (number of nodes x devices per node, divided by ``tensor_parallel_size``).
         tensor_parallel_size: size of the tensor-parallel dimension; default 1 (pure FSDP2). ``"auto"`` keeps
@@ -67,7 +67,7 @@ class FSDP2StrategyImpl(_LightningBase):
             activations (``torch.utils.checkpoint``, non-reentrant): less memory for one more forward per block.
             Applied before sharding (and also to a model your ``configure_model`` shards), to the outermost
             matching modules; parameter names and checkpoints are unchanged. Default ``None`` (off).
-            [`checkpointed`][precision_fsdp.fsdp2_strategy.FSDP2StrategyImpl.checkpointed] names the modules after
+            [`checkpointed`][precision_fsdp.sharding.strategy.FSDP2StrategyImpl.checkpointed] names the modules after
             setup.
         **kwargs: the other arguments of ``ModelParallelStrategy`` (``save_distributed_checkpoint``,
             ``process_group_backend``, ``timeout``).
@@ -156,11 +156,10 @@ class FSDP2StrategyImpl(_LightningBase):
 
     def shard(self, model: torch.nn.Module) -> None:
         """Apply FSDP2 to ``model``: each unit `auto_wrap_policy` selects (innermost first; by default the
-        model's blocks, see [`precision_fsdp.sharding`][]), each direct child holding parameters outside those units
-        ([`units_for_lightning`][precision_fsdp.sharding.units_for_lightning]), then ``model``. Rank 0 logs one line
-        naming the units
-        (``rank_zero_info``), e.g. "FSDP2Strategy: 4 FSDP2 units by the default policy (_no_split_modules:
-        LlamaDecoderLayer): LlamaDecoderLayer x2, LlamaForCausalLM x1, then the root (Model)".
+        model's blocks, see [`precision_fsdp.sharding.units`][]), each direct child holding parameters outside those
+        units ([`units_for_lightning`][precision_fsdp.sharding.units.units_for_lightning]), then ``model``. Rank 0 logs
+        one line naming the units (``rank_zero_info``), e.g. "FSDP2Strategy: 4 FSDP2 units by the default policy
+        (_no_split_modules: LlamaDecoderLayer): LlamaDecoderLayer x2, LlamaForCausalLM x1, then the root (Model)".
 
         The dtypes come from the precision plugin when it has a ``fully_shard`` method (``precision_fsdp``'s
         ``FSDPPrecision``); with any other precision plugin, FSDP2 keeps the parameters' own dtypes.
@@ -198,9 +197,9 @@ class FSDP2StrategyImpl(_LightningBase):
 
     def _materialize(self, module: torch.nn.Module) -> None:
         """A sharded model left on the meta device by ``init_module(empty_init=True)``, on a CPU: initialised by
-        [`precision_fsdp.sharded_init.materialize`][] (every rank gets its part of the values the unsharded model would
-        get from the same seed); Lightning's own materialisation then finds nothing left to do. On accelerators,
-        Lightning's (torch's RNG tracker keeps the ranks' draws apart there)."""
+        [`precision_fsdp.sharding.sharded_init.materialize`][] (every rank gets its part of the values the unsharded
+        model would get from the same seed); Lightning's own materialisation then finds nothing left to do. On
+        accelerators, Lightning's (torch's RNG tracker keeps the ranks' draws apart there)."""
         if self.root_device.type != "cpu":  # type: ignore[attr-defined]
             return
         missing = materialize(module, self.root_device)  # type: ignore[attr-defined]
@@ -209,9 +208,9 @@ class FSDP2StrategyImpl(_LightningBase):
 
     def _units(self, model: torch.nn.Module) -> tuple[list[torch.nn.Module], set[int]]:
         """The units to shard before ``model`` (innermost first), and the ``id`` of those to reshard after their
-        forward. Trainer: [`units_for_lightning`][precision_fsdp.sharding.units_for_lightning]; each outermost one
+        forward. Trainer: [`units_for_lightning`][precision_fsdp.sharding.units.units_for_lightning]; each outermost one
         of several is resharded after its forward, as Lightning runs no root forward
-        ([`separate_roots`][precision_fsdp.sharding.separate_roots])."""
+        ([`separate_roots`][precision_fsdp.sharding.units.separate_roots])."""
         units = units_for_lightning(model, self.auto_wrap_policy)
         return units, separate_roots(units)
 
@@ -226,7 +225,7 @@ class FSDP2Strategy(FSDP2StrategyImpl, pl.strategies.ModelParallelStrategy):
     """Lightning's ``ModelParallelStrategy`` that shards with FSDP2 by a default policy when the LightningModule
     does not shard itself in ``configure_model``; data parallel over all processes by default.
 
-    See [`FSDP2StrategyImpl`][precision_fsdp.fsdp2_strategy.FSDP2StrategyImpl] for the arguments.
+    See [`FSDP2StrategyImpl`][precision_fsdp.sharding.strategy.FSDP2StrategyImpl] for the arguments.
     """
 
 

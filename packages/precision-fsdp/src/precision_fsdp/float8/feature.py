@@ -1,8 +1,8 @@
 """The float8 feature (``fsdp:fp8-tensorwise``, ``fp8-rowwise``, ``mxfp8-rceil``) as one object with the plugin's hooks.
 
 [`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl] holds the feature of its precision
-([`feature_for`][precision_fsdp.float8_feature.feature_for]:
-a [`Float8Feature`][precision_fsdp.float8_feature.Float8Feature], or [`precision_base.extra.NO_FEATURE`][] for
+([`feature_for`][precision_fsdp.float8.feature.feature_for]:
+a [`Float8Feature`][precision_fsdp.float8.feature.Float8Feature], or [`precision_base.extra.NO_FEATURE`][] for
 Lightning's five precisions) and calls its
 hooks ([`precision_base.extra.ExtraPrecisionFeature`][]) at fixed points instead of branching on the precision:
 
@@ -13,7 +13,8 @@ hooks ([`precision_base.extra.ExtraPrecisionFeature`][]) at fixed points instead
 * ``describe``: the float8 facts of ``precision-plugins show``; ``table``: the dtype table of the base precision,
   as it is (the float8 matmul dtypes are in ``describe``).
 
-The names come from [`precision_fsdp.recipes.FLOAT8`][]; the torchao work is [`precision_fsdp.float8`][]'s.
+The names come from [`precision_fsdp.float8.recipes.FLOAT8`][]; the torchao work is
+[`precision_fsdp.float8.config`][]'s.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from typing import Any, Final, Optional
 
 from precision_base.doors import door_of
 from precision_base.extra import NO_FEATURE, ExtraPrecisionFeature, ExtraPrecisions
-from precision_fsdp import _compat, float8
-from precision_fsdp.recipes import FLOAT8, RECIPES
+from precision_fsdp import _compat
+from precision_fsdp.errors import Float8UnavailableError
+from precision_fsdp.float8 import config
+from precision_fsdp.float8.recipes import FLOAT8, RECIPES
 
 FP8_FSDP1: Final[str] = (
     "{spec} needs FSDP2 (fully_shard): torchao's float8 training and float8 all-gather are built for FSDP2. Use "
@@ -52,14 +55,14 @@ class Float8Feature:
     """The float8 state and hooks of one plugin instance.
 
     Args:
-        precision: one of [`precision_fsdp.recipes.RECIPES`][].
+        precision: one of [`precision_fsdp.float8.recipes.RECIPES`][].
         emulate: ``fp8_emulate``: torchao's emulation where the hardware has no FP8.
         chosen: ``fp8_filter``: which Linear layers to convert (``None``: the defaults).
     """
 
     declared: Optional[ExtraPrecisions] = FLOAT8
 
-    def __init__(self, precision: str, emulate: bool, chosen: float8.Fp8Filter) -> None:
+    def __init__(self, precision: str, emulate: bool, chosen: config.Fp8Filter) -> None:
         self.precision = precision
         self.emulate = bool(emulate)
         self.chosen = chosen
@@ -71,14 +74,14 @@ class Float8Feature:
         return f"Float8Feature({self.precision!r}, emulate={self.emulate})"
 
     def check_sharding(self, plugin: Any, sharding: Any) -> None:
-        """Raises: precision_fsdp.float8.Float8UnavailableError: ``sharding`` is FSDP1 (``1``)."""
+        """Raises: precision_fsdp.errors.Float8UnavailableError: ``sharding`` is FSDP1 (``1``)."""
         if sharding == 1:
-            raise float8.Float8UnavailableError(FP8_FSDP1.format(spec=plugin.spec))
+            raise Float8UnavailableError(FP8_FSDP1.format(spec=plugin.spec))
 
     def check_machine(self, plugin: Any) -> None:
-        """Raises: precision_fsdp.float8.Float8UnavailableError: torchao is missing, or no FP8 hardware and no
+        """Raises: precision_fsdp.errors.Float8UnavailableError: torchao is missing, or no FP8 hardware and no
         ``fp8_emulate``."""
-        float8.check_can_run(plugin.spec, self.emulate)
+        config.check_can_run(plugin.spec, self.emulate)
 
     def prepare_model(self, plugin: Any, root: Any, *, exclude: Iterable[Any] = ()) -> None:
         """Convert ``root``'s chosen Linear layers to float8, once (the first module seen), unless a part of
@@ -86,17 +89,17 @@ class Float8Feature:
         if self.seen or any(isinstance(m, _compat.FSDPModule) for m in root.modules()):
             return
         self.seen = True
-        float8.check_can_run(plugin.spec, self.emulate)
-        self.converted = float8.convert(root, plugin.spec, self.precision, self.emulate, self.chosen, exclude=exclude)
+        config.check_can_run(plugin.spec, self.emulate)
+        self.converted = config.convert(root, plugin.spec, self.precision, self.emulate, self.chosen, exclude=exclude)
 
     def check_model(self, plugin: Any, module: Any) -> None:
-        """Raises: precision_fsdp.float8.Float8UnavailableError: no Linear layer of ``module`` was converted (the
+        """Raises: precision_fsdp.errors.Float8UnavailableError: no Linear layer of ``module`` was converted (the
         message says where the plugin converts at the plugin's door: a Trainer's ``configure_model`` or
         ``fabric.setup``)."""
-        if float8.is_converted(module):
+        if config.is_converted(module):
             return
         where = _FABRIC_CONVERTS if door_of(plugin) == "Fabric" else _TRAINER_CONVERTS
-        raise float8.Float8UnavailableError(
+        raise Float8UnavailableError(
             f"{plugin.spec}: no Linear layer of the model was converted to float8 (converted: "
             f"{self.converted or 'none'}). {where} Check fp8_filter too: the defaults skip the first and last Linear "
             "and dimensions that are not multiples of 16."
@@ -104,14 +107,14 @@ class Float8Feature:
 
     def describe(self, plugin: Any) -> Mapping[str, Any]:
         """``{"float8 (torchao, FSDP2 only)": <the dtype of each role>}``."""
-        return {FLOAT8.feature: float8.describe(self.precision)}
+        return {FLOAT8.feature: config.describe(self.precision)}
 
     def table(self, plugin: Any, table: Any) -> Any:
         """The base precision's table, unchanged."""
         return table
 
 
-def check_options(precision: str, emulate: bool, chosen: float8.Fp8Filter) -> None:
+def check_options(precision: str, emulate: bool, chosen: config.Fp8Filter) -> None:
     """The ``fp8_*`` options are for the float8 precisions only, and ``fp8_filter`` is patterns or a callable.
 
     Raises:
@@ -123,11 +126,11 @@ def check_options(precision: str, emulate: bool, chosen: float8.Fp8Filter) -> No
             f"fp8_emulate and fp8_filter apply to the FP8 precisions ({', '.join(RECIPES)}), not "
             f"{precision!r}; remove them."
         )
-    float8.user_filter(chosen)  # checks its type now
+    config.user_filter(chosen)  # checks its type now
 
 
-def feature_for(precision: str, emulate: bool = False, chosen: float8.Fp8Filter = None) -> ExtraPrecisionFeature:
-    """The feature of ``precision``: a new [`Float8Feature`][precision_fsdp.float8_feature.Float8Feature] for a float8
+def feature_for(precision: str, emulate: bool = False, chosen: config.Fp8Filter = None) -> ExtraPrecisionFeature:
+    """The feature of ``precision``: a new [`Float8Feature`][precision_fsdp.float8.feature.Float8Feature] for a float8
     name, else ``NO_FEATURE``."""
     return Float8Feature(precision, emulate, chosen) if precision in FLOAT8 else NO_FEATURE
 

@@ -25,8 +25,8 @@ rounded up: torchao's ``MXFP8TrainingRecipe.MXFP8_RCEIL``). Only bias-free Linea
 and the number of tokens per step multiples of 32; ``fp8_emulate=True`` runs torchao's emulated MXFP8 recipe
 (``MXFP8_EMULATED_RCEIL``, pure PyTorch), which trains on CPU. Its weights are all-gathered in bfloat16.
 
-Which torchao API path a recipe takes ([`api_path`][precision_fsdp.float8.api_path]) is decided from what the installed
-torchao does
+Which torchao API path a recipe takes ([`api_path`][precision_fsdp.float8.config.api_path]) is decided from what the
+installed torchao does
 (``_compat.torchao_training_paths`` and ``_compat.weight_wrapper_float8_gaps``): the weight wrapper where it covers
 the recipe, else the module swap. With torchao 0.17 and 0.18 the fp8 recipes stay on the module swap: the weight
 wrapper's ``Float8TrainingOpConfig`` has no ``emulate`` switch (0.17's takes no dense recipe at all), and its weights
@@ -43,28 +43,24 @@ from typing import Any, Final, Optional, Union
 
 import torch
 
-from precision_base import PrecisionPluginError, PrecisionPluginWarning
-from precision_fsdp.recipes import EXTRA_PRECISIONS as EXTRA_PRECISIONS  # the recipe tables, importable from here
-from precision_fsdp.recipes import FP8_RECIPES, MX_BLOCK, MX_RECIPES, RECIPES
+from precision_base import PrecisionPluginWarning
+from precision_fsdp.errors import Float8UnavailableError
+from precision_fsdp.float8.recipes import FP8_RECIPES, MX_BLOCK, MX_RECIPES, RECIPES
 
 INSTALL_HINT: Final[str] = 'pip install "precision-fsdp[fp8]" (it brings torchao)'
-"""The install line from a package index; [`install_hint`][precision_fsdp.float8.install_hint] gives the one for where
-this copy came from."""
+"""The install line from a package index; [`install_hint`][precision_fsdp.float8.config.install_hint] gives the one for
+where this copy came from."""
 
 
 def install_hint() -> str:
     """The command that brings torchao for this installation of precision-fsdp (a checkout, a wheel or an index:
-    [`precision_base.registry.install_command`][] reads it from the distribution's ``direct_url.json``)."""
-    from precision_base.registry import install_command
+    [`precision_base.statuses.install_command`][] reads it from the distribution's ``direct_url.json``)."""
+    from precision_base.statuses import install_command
 
     return f"{install_command('precision-fsdp', 'fp8')} (it brings torchao)"
 
 
 Fp8Filter = Union[Sequence[str], Callable[[torch.nn.Module, str], bool], None]
-
-
-class Float8UnavailableError(PrecisionPluginError, RuntimeError):
-    """An FP8 precision cannot run here: torchao is missing, the GPU has no FP8, or FSDP1 is used."""
 
 
 def is_fp8(precision: str) -> bool:
@@ -132,7 +128,7 @@ def needed_capability(precision: str = "fp8-tensorwise") -> tuple[int, int]:
 
 def hardware_problem(precision: str = "fp8-tensorwise") -> Optional[str]:
     """Why this machine cannot train in ``precision`` (``None`` when a CUDA GPU of the needed compute capability,
-    [`needed_capability`][precision_fsdp.float8.needed_capability], is present)."""
+    [`needed_capability`][precision_fsdp.float8.config.needed_capability], is present)."""
     if not torch.cuda.is_available():
         return "no CUDA GPU is available"
     major, minor = torch.cuda.get_device_capability()
@@ -221,8 +217,8 @@ def config(spec: str, precision: str, emulate: bool) -> Any:
 
 def training_op_config(precision: str, emulate: bool) -> Any:
     """torchao's weight-wrapper config for ``precision``: ``MXFP8TrainingOpConfig`` (MXFP8, emulated when
-    ``emulate``) or ``Float8TrainingOpConfig`` (fp8, used only where [`api_path`][precision_fsdp.float8.api_path] chose
-    the weight wrapper)."""
+    ``emulate``) or ``Float8TrainingOpConfig`` (fp8, used only where [`api_path`][precision_fsdp.float8.config.api_path]
+    chose the weight wrapper)."""
     import importlib
 
     from precision_fsdp import _compat

@@ -4,7 +4,7 @@ The policy has the meaning of Lightning's ``FSDPStrategy(auto_wrap_policy=...)``
 FSDP2 unit (``fully_shard``), whose parameters are gathered together for its forward and backward; the root module
 is always sharded last and holds every parameter no selected module holds.
 
-* ``None`` (the default): **blocks** ([`default_units`][precision_fsdp.sharding.default_units]):
+* ``None`` (the default): **blocks** ([`default_units`][precision_fsdp.sharding.units.default_units]):
 
   1. the model's declared no-split classes: every instance of a class named in ``_no_split_modules`` (the class
      attribute of Hugging Face ``PreTrainedModel``, e.g. ``LlamaDecoderLayer``), found on any submodule (a
@@ -31,8 +31,9 @@ classes that names one is refused, a size threshold or callable passes over it.
 
 Under Fabric the model's forward runs, so the units are exactly the policy's plus the model (the root). Under a
 Lightning Trainer, which never calls the LightningModule's own ``forward``,
-[`units_for_lightning`][precision_fsdp.sharding.units_for_lightning] says when direct children of the LightningModule
-become units too (the default policy: the children holding the blocks and those holding parameters outside them).
+[`units_for_lightning`][precision_fsdp.sharding.units.units_for_lightning] says when direct children of the
+LightningModule become units too (the default policy: the children holding the blocks and those holding parameters
+outside them).
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ from typing import Any, Literal, Optional, Union
 import torch
 
 from precision_fsdp._compat import FSDPModule, FullyShardedDataParallel
+from precision_fsdp.errors import TiedAcrossUnitsError
 
 FSDPVersion = Literal[1, 2]
 
 WrapPolicy = Union[None, int, Collection[type[torch.nn.Module]], Callable[..., bool]]
-"""What [`units_to_shard`][precision_fsdp.sharding.units_to_shard] accepts (see the module docstring)."""
+"""What [`units_to_shard`][precision_fsdp.sharding.units.units_to_shard] accepts (see the module docstring)."""
 
 
 def fsdp_version_of(model: Any) -> Optional[FSDPVersion]:
@@ -121,7 +123,7 @@ _POLICY_KINDS = (
 def units_to_shard(root: torch.nn.Module, policy: WrapPolicy = None) -> list[torch.nn.Module]:
     """The modules under ``root`` that ``policy`` makes FSDP2 units, innermost first (the order ``fully_shard``
     must be applied in), not including ``root`` itself. ``policy=None``:
-    [`default_units`][precision_fsdp.sharding.default_units].
+    [`default_units`][precision_fsdp.sharding.units.default_units].
 
     Raises:
         TypeError, ValueError: ``policy`` is none of the accepted kinds (the message lists them).
@@ -237,13 +239,9 @@ def _drop_units_splitting_ties(root: torch.nn.Module, chosen: dict[int, torch.nn
                     break
 
 
-class TiedAcrossUnitsError(ValueError):
-    """Tied parameters would be split between FSDP2 units that Lightning calls separately."""
-
-
 def units_for_lightning(root: torch.nn.Module, policy: WrapPolicy = None) -> list[torch.nn.Module]:
     """The units a Lightning Trainer shards ``root`` (the LightningModule) into before ``root`` itself:
-    [`units_to_shard`][precision_fsdp.sharding.units_to_shard], plus, where needed, direct children of ``root``.
+    [`units_to_shard`][precision_fsdp.sharding.units.units_to_shard], plus, where needed, direct children of ``root``.
 
     FSDP2 gathers a unit's parameters in the pre-forward hook of the unit's module. Lightning calls
     ``training_step``, not the LightningModule's ``forward``, so parameters left to the root unit must be gathered
@@ -252,7 +250,7 @@ def units_for_lightning(root: torch.nn.Module, policy: WrapPolicy = None) -> lis
     * an ``auto_wrap_policy`` set, and a LightningModule that defines no ``forward``: nothing is added, so the units
       are exactly the policy's plus the root, as FSDP1's wrap policy makes them; the root unit's parameters are
       gathered by its step methods, made FSDP2 forward methods
-      ([`gather_root_in_steps`][precision_fsdp.root_unit.gather_root_in_steps]);
+      ([`gather_root_in_steps`][precision_fsdp.sharding.root_unit.gather_root_in_steps]);
     * otherwise (a LightningModule with a ``forward`` of its own, whose steps may call its children directly, or
       the default policy): each direct child of ``root`` that holds parameters no chosen unit holds becomes a unit
       of its own (a container without ``forward`` is looked into instead), so that it gathers them when the step
@@ -372,8 +370,8 @@ def nested_units(unit: torch.nn.Module) -> list[torch.nn.Module]:
     unit under it, except the outermost ones when ``unit`` is a LightningModule whose own unit never runs forward
     around them. Lightning never calls the LightningModule (it calls ``training_step``, which calls its children),
     so when it defines no ``forward`` and its unit holds no parameters of its own (its step methods are then not
-    made FSDP2 forward methods, see [`precision_fsdp.root_unit`][]), each outermost unit under it runs as an FSDP2
-    root of its own."""
+    made FSDP2 forward methods, see [`precision_fsdp.sharding.root_unit`][]), each outermost unit under it runs as an
+    FSDP2 root of its own."""
     found: list[torch.nn.Module] = []
     alone = is_lightning_module(unit) and not defined_by_user(type(unit), "forward") and not root_held_parameters(unit)
 

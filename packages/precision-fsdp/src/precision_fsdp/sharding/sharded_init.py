@@ -5,12 +5,12 @@ offset); on a CPU mesh each rank draws its shard from its own generator, which t
 so the shards of a parameter initialised after sharding are copies of each other (torch only warns "DTensor random
 operators may not have complete support on cpu device mesh").
 
-* [`materialize`][precision_fsdp.sharded_init.materialize] initialises a sharded model left on the meta device by
-  ``init_module(empty_init=True)``, as Lightning does (``to_empty``, then each module's ``reset_parameters``), except
+* [`materialize`][precision_fsdp.sharding.sharded_init.materialize] initialises a sharded model left on the meta device
+  by ``init_module(empty_init=True)``, as Lightning does (``to_empty``, then each module's ``reset_parameters``), except
   that on a CPU mesh ``reset_parameters`` runs on full-size tensors: every rank draws the values the unsharded model
   would get from the same seed, and keeps its own part of them. ``FSDP2Strategy`` runs it at both doors.
-* [`duplicated_shards`][precision_fsdp.sharded_init.duplicated_shards] finds parameters initialised otherwise after
-  sharding (a loop's own init after ``fabric.setup``): the plugin warns about them at the first optimizer step.
+* [`duplicated_shards`][precision_fsdp.sharding.sharded_init.duplicated_shards] finds parameters initialised otherwise
+  after sharding (a loop's own init after ``fabric.setup``): the plugin warns about them at the first optimizer step.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ MISSING_RESET = (
     "after init_module(empty_init=True) their memory is uninitialised. Define reset_parameters() on them, or create "
     "the model without empty_init."
 )
-"""The warning for modules [`materialize`][precision_fsdp.sharded_init.materialize] could not initialise."""
+"""The warning for modules [`materialize`][precision_fsdp.sharding.sharded_init.materialize] could not initialise."""
 
 
 def duplicated_shards(parameters: Iterable[tuple[str, Any]]) -> list[str]:
@@ -159,14 +159,14 @@ DUPLICATED = (
     "rank's shard alike, so each shard repeats the others. Initialise them in the modules' reset_parameters() "
     "(FSDP2Strategy runs it on full-size tensors after init_module(empty_init=True)), or before sharding."
 )
-"""The warning at the first optimizer step for what [`duplicated_shards`][precision_fsdp.sharded_init.duplicated_shards]
-finds."""
+"""The warning at the first optimizer step for what
+[`duplicated_shards`][precision_fsdp.sharding.sharded_init.duplicated_shards] finds."""
 
 
 class ShardedInitCheck:
-    """[`duplicated_shards`][precision_fsdp.sharded_init.duplicated_shards] once per optimizer, at its first step
-    (a run's initialisation is over by then): the plugin calls it before every optimizer step, at both doors, and
-    warns with [`DUPLICATED`][precision_fsdp.sharded_init.DUPLICATED]. Parameters are named from the model the
+    """[`duplicated_shards`][precision_fsdp.sharding.sharded_init.duplicated_shards] once per optimizer, at its first
+    step (a run's initialisation is over by then): the plugin calls it before every optimizer step, at both doors, and
+    warns with [`DUPLICATED`][precision_fsdp.sharding.sharded_init.DUPLICATED]. Parameters are named from the model the
     plugin last converted (``watch``), else by position and shape. A pickled check remembers nothing."""
 
     def __init__(self) -> None:

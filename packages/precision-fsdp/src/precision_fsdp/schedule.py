@@ -1,9 +1,15 @@
-"""Changing an FSDP2 run's precision between optimizer steps, for [`precision_base.PrecisionSchedule`][].
+"""The FSDP plugin's side of precision schedules ([`precision_base.PrecisionSchedule`][]): changing an FSDP2 run's
+precision between optimizer steps.
 
-The plugin's [`switch_precision`][precision_fsdp.switching.SwitchMixin.switch_precision] sets its own state from
-[`next_plan`][precision_fsdp.switch.next_plan] and calls [`update_policies`][precision_fsdp.switch.update_policies]; the
-schedule asks [`problem`][precision_fsdp.switch.problem] first (at ``setup``, before
-any step), so a switch that cannot work fails before training starts. What a switch changes, and what it keeps:
+[`SwitchMixin`][precision_fsdp.schedule.SwitchMixin] holds the two hooks the schedule calls, a base of
+[`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl] (which sets the state declared there in its
+``__init__``; it overrides no Lightning method). The schedule asks
+[`precision_switch_problem`][precision_fsdp.schedule.SwitchMixin.precision_switch_problem]
+([`problem`][precision_fsdp.schedule.problem]) first (at ``setup``, before any step), so a switch that cannot work
+fails before training starts; [`switch_precision`][precision_fsdp.schedule.SwitchMixin.switch_precision] then sets
+the plugin's own state (dtype plan from [`next_plan`][precision_fsdp.schedule.next_plan], feature, scaler, step
+watch) and calls [`update_policies`][precision_fsdp.schedule.update_policies]. What a switch changes, and what it
+keeps:
 
 * kept: the sharded parameters (float32 DTensors under ``32-true``, ``*-mixed`` and ``fp8-*``: the master weights),
   the optimizer and its state, the model's FSDP2 units and every ``keep_fp32`` unit (already float32);
@@ -12,13 +18,13 @@ any step), so a switch that cannot work fails before training starts. What a swi
   ``_compat.set_fsdp2_policy``, and the loss scaler: created for ``16-mixed`` (fresh, at its ``init_scale``),
   dropped for the others;
 
-Refused ([`problem`][precision_fsdp.switch.problem] says why): FSDP1 (its ``MixedPrecision`` is fixed when
+Refused ([`problem`][precision_fsdp.schedule.problem] says why): FSDP1 (its ``MixedPrecision`` is fixed when
 ``FullyShardedDataParallel`` wraps
 the model), a change of the parameter storage dtype (``*-true`` on one side: the sharded parameters and the
 optimizer state would have to be cast and the float32 master copy of a mixed precision would be lost), switching
 *to* an fp8 precision mid-run (torchao converts Linear layers before sharding), and ``16-mixed`` with
 ``check_finite_grads=True``. Switching *away* from fp8 (``fp8-*`` / ``mxfp8-*`` -> ``bf16-mixed``, ``16-mixed`` or
-``32-true``) also makes torchao's converted layers plain again, in place ([`precision_fsdp.float8_switch`][]).
+``32-true``) also makes torchao's converted layers plain again, in place ([`precision_fsdp.float8.switch`][]).
 """
 
 from __future__ import annotations
@@ -27,16 +33,23 @@ from typing import Any, Optional, Protocol
 
 import torch
 
+from precision_base import PrecisionPlugin
+from precision_base.extra import ExtraPrecisionFeature
 from precision_base.keep_fp32 import is_kept
-from precision_fsdp import _compat, float8, float8_switch
+from precision_fsdp import _compat
+from precision_fsdp.float8 import switch as float8_switch
+from precision_fsdp.float8.config import Fp8Filter, is_fp8
+from precision_fsdp.float8.feature import feature_for
+from precision_fsdp.float8.recipes import EXTRA_PRECISIONS
 from precision_fsdp.policy import DtypePlan, dtype_name
-from precision_fsdp.sharding import is_nested_unit
+from precision_fsdp.scaler import make_scaler
+from precision_fsdp.sharding.units import FSDPVersion, is_nested_unit
+from precision_fsdp.steps import StepWatch
 
 
 class SwitchingPlugin(Protocol):
-    """What [`problem`][precision_fsdp.switch.problem] reads of the plugin (``FSDPPrecisionImpl`` has it; this module
-    never imports the
-    implementation, which imports it)."""
+    """What [`problem`][precision_fsdp.schedule.problem] reads of the plugin (``FSDPPrecisionImpl`` has it; this module
+    never imports the implementation, which imports it)."""
 
     @property
     def precision(self) -> Any:
@@ -52,7 +65,7 @@ class SwitchingPlugin(Protocol):
 
 
 def _base(precision: str) -> str:
-    return dict(float8.EXTRA_PRECISIONS).get(precision, precision)
+    return dict(EXTRA_PRECISIONS).get(precision, precision)
 
 
 def problem(
@@ -89,11 +102,11 @@ def problem(
             "state (and lose the float32 master weights of a mixed precision). Schedule precisions that store "
             f"{dtype_name(before.storage)} parameters: " + ", ".join(same or [now])
         )
-    if float8.is_fp8(now) and precision != now:
+    if is_fp8(now) and precision != now:
         away = float8_switch.problem(now, precision)
         if away is not None:
             return away
-    if float8.is_fp8(precision) and precision != now:
+    if is_fp8(precision) and precision != now:
         return (
             f"switching to {precision!r} during a run is not supported: torchao converts the Linear layers to float8 "
             "before FSDP2 shards them; train a run under it from the start instead"
@@ -118,7 +131,7 @@ def update_policies(model: torch.nn.Module, plan: DtypePlan) -> int:
     policy (the nested one to the units the plugin marked nested, see
     [`DtypePlan.fsdp2_policy`][precision_fsdp.policy.DtypePlan.fsdp2_policy]); return how many units changed.
     Call it between optimizer steps. A model that torchao converted to float8 is first made plain again
-    ([`precision_fsdp.float8_switch.restore_linears`][]; the target is never fp8: switches to fp8 are refused)."""
+    ([`precision_fsdp.float8.switch.restore_linears`][]; the target is never fp8: switches to fp8 are refused)."""
     float8_switch.restore_linears(model)
     changed = 0
     for module in model.modules():
@@ -126,3 +139,59 @@ def update_policies(model: torch.nn.Module, plan: DtypePlan) -> int:
             _compat.set_fsdp2_policy(module, plan.fsdp2_policy(nested=is_nested_unit(module)))
             changed += 1
     return changed
+
+
+class SwitchMixin(PrecisionPlugin):
+    """``precision_switch_problem`` and ``switch_precision``, the hooks [`precision_base.PrecisionSchedule`][]
+    calls."""
+
+    _plan: DtypePlan
+    _feature: ExtraPrecisionFeature
+    _fp8_options: tuple[bool, Fp8Filter]
+    _steps: StepWatch
+    _fsdp_version: Optional[FSDPVersion]
+    _scaler_options: dict[str, Any]
+    _user_scaler: bool
+    scaler: Any
+    device_type: str
+
+    def _set_scaler(self, scaler: Any, *, user: bool) -> None: ...  # FSDPPrecisionImpl's
+
+    fsdp_version: Any
+
+    def precision_switch_problem(
+        self, precision: str, strategy: Any = None, current: Optional[str] = None
+    ) -> Optional[str]:
+        """Why this plugin cannot switch from ``current`` (default: its precision now) to ``precision`` (canonical)
+        during a run, or ``None`` when it can (FSDP2, the same parameter storage dtype, no fp8 as the target). See
+        [`precision_fsdp.schedule`][]."""
+        return problem(self, precision, strategy, current, self._steps.check_finite)
+
+    def switch_precision(self, precision: str, model: Optional[torch.nn.Module] = None) -> None:
+        """Run ``precision`` (canonical) from the next step on: the plugin's dtypes, its table and scaler, and the
+        ``MixedPrecisionPolicy`` of every FSDP2 unit of ``model``; parameters and optimizer state are kept. Call it
+        between optimizer steps ([`precision_base.PrecisionSchedule`][] does). See [`precision_fsdp.schedule`][].
+
+        Raises:
+            ValueError: [`precision_switch_problem`][precision_fsdp.schedule.SwitchMixin.precision_switch_problem]
+                names a reason.
+        """
+        reason = problem(self, precision, check_finite_grads=self._steps.check_finite)
+        if reason is not None:
+            raise ValueError(f"{self.spec} -> {self.backend}:{precision}: {reason}")
+        if precision == self.precision:
+            return
+        self._plan = next_plan(self._plan, str(self.precision), precision)
+        self.precision = precision
+        self._feature = feature_for(precision, *self._fp8_options)
+        _compat.set_lightning_input_dtype(self, self._plan.inputs)
+        if precision != "16-mixed":
+            self._set_scaler(None, user=False)
+        elif self.scaler is None:  # fresh, at its init_scale (resume.changes says the same for a resume)
+            self._set_scaler(make_scaler(self._fsdp_version or 2, self.device_type, self._scaler_options), user=False)
+        self._steps.follow(precision)
+        if model is not None:
+            update_policies(model, self._plan)
+
+
+__all__ = ["SwitchMixin", "SwitchingPlugin", "next_plan", "problem", "update_policies"]

@@ -1,6 +1,6 @@
 """Switching an FSDP2 run away from fp8 (``fp8-tensorwise``, ``fp8-rowwise``, ``mxfp8-rceil``) during training.
 
-Called by [`precision_fsdp.switch`][] between optimizer steps, before the FSDP2 policies are updated. What torchao
+Called by [`precision_fsdp.schedule`][] between optimizer steps, before the FSDP2 policies are updated. What torchao
 did at conversion is undone in place, keeping every object the optimizer and FSDP2 hold:
 
 * the sharded DTensor ``Parameter`` of each converted weight stays the same object (the optimizer's state stays
@@ -11,7 +11,7 @@ did at conversion is undone in place, keeping every object the optimizer and FSD
   and parameters unchanged), of class ``torch.nn.Linear`` (FSDP2's ``FSDPLinear`` when it is a unit of its own), without
   the attributes ``Float8Linear`` added. Its forward is then ``torch.nn.Linear``'s: the autocast dtype's matmul.
 
-The switch *to* fp8 stays refused ([`precision_fsdp.switch`][]): the plugin of the run before it is not an fp8 one,
+The switch *to* fp8 stays refused ([`precision_fsdp.schedule`][]): the plugin of the run before it is not an fp8 one,
 so it has no ``fp8_emulate`` / ``fp8_filter`` to convert with, and the layers to convert would have to be chosen on
 the sharded model.
 """
@@ -22,14 +22,15 @@ from typing import Optional
 
 import torch
 
-from precision_fsdp import _compat, float8
+from precision_fsdp import _compat
+from precision_fsdp.float8.config import is_fp8
 
 
 def problem(current: str, precision: str) -> Optional[str]:
     """Why a run cannot switch from the fp8 precision ``current`` to ``precision``; ``None`` when it can: to any
     precision without fp8 that stores float32 parameters (``bf16-mixed``, ``16-mixed``, ``32-true``; the storage
-    rule is [`precision_fsdp.switch.problem`][]'s)."""
-    if float8.is_fp8(precision):
+    rule is [`precision_fsdp.schedule.problem`][]'s)."""
+    if is_fp8(precision):
         return (
             f"switching from {current!r} to {precision!r} during a run is not supported: torchao converts the Linear "
             "layers to float8 before FSDP2 shards them; train a run under it from the start instead"
@@ -40,7 +41,7 @@ def problem(current: str, precision: str) -> Optional[str]:
 def restore_linears(model: torch.nn.Module) -> list[str]:
     """Undo torchao's float8 conversion of the FSDP2-sharded ``model`` in place (see the module docstring); return
     the qualified names of the modules whose weights or class changed. Call it between optimizer steps, then give
-    every unit the new policy ([`precision_fsdp.switch.update_policies`][] resets FSDP2's all-gather buffers).
+    every unit the new policy ([`precision_fsdp.schedule.update_policies`][] resets FSDP2's all-gather buffers).
 
     Raises:
         RuntimeError: a parameter is unsharded (inside forward/backward), or a weight wrapper is on a parameter

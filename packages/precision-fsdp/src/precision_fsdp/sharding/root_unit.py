@@ -2,7 +2,7 @@
 
 Lightning never calls the LightningModule (it calls ``training_step`` and the other step methods), so FSDP2 never
 gathers the parameters of a unit made by ``fully_shard(self)``;
-[`gather_root_in_steps`][precision_fsdp.root_unit.gather_root_in_steps] (run by the plugin's
+[`gather_root_in_steps`][precision_fsdp.sharding.root_unit.gather_root_in_steps] (run by the plugin's
 ``convert_module``) registers the step methods as FSDP2 forward methods where that is needed.
 """
 
@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from precision_fsdp.sharding import class_name, defined_by_user, is_lightning_module, root_held_parameters
+from precision_fsdp.sharding.units import class_name, defined_by_user, is_lightning_module, root_held_parameters
 
 #: The LightningModule methods Lightning calls instead of ``forward`` (the step methods).
 STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")

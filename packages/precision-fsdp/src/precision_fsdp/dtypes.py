@@ -15,10 +15,10 @@ from torch.amp import GradScaler
 
 from precision_base.contract import DtypeTable
 from precision_base.extra import ExtraPrecisionFeature
+from precision_base.keep_fp32 import KeepFP32
 from precision_fsdp import _compat
-from precision_fsdp.keep_fp32 import KeepFP32
 from precision_fsdp.policy import DtypePlan, dtype_name
-from precision_fsdp.sharding import FSDPVersion
+from precision_fsdp.sharding.units import FSDPVersion
 
 
 def dtype_table(

@@ -1,12 +1,11 @@
 """The low-precision recipes precision-fsdp offers by name: plain data, imports no torch.
 
 Each name, its torchao recipe and the precision the rest of the model follows are declared here once: ``_info.py``
-derives ``PluginInfo.extra_precisions`` and ``precision_extras`` from [`FLOAT8`][precision_fsdp.recipes.FLOAT8], the
-plugin class its
-``extra_precisions``, and [`precision_fsdp.float8`][] (torchao) and [`precision_fsdp.float8_feature`][] (the
-plugin's hooks) read the tables below. A new torchao recipe is one more entry in
-[`FP8_RECIPES`][precision_fsdp.recipes.FP8_RECIPES] or
-[`MX_RECIPES`][precision_fsdp.recipes.MX_RECIPES].
+derives ``PluginInfo.extra_precisions`` and ``precision_extras`` from [`FLOAT8`][precision_fsdp.float8.recipes.FLOAT8],
+the plugin class its ``extra_precisions``, and [`precision_fsdp.float8.config`][] (torchao) and
+[`precision_fsdp.float8.feature`][] (the plugin's hooks) read the tables below. A new torchao recipe is one more
+entry in [`FP8_RECIPES`][precision_fsdp.float8.recipes.FP8_RECIPES] or
+[`MX_RECIPES`][precision_fsdp.float8.recipes.MX_RECIPES].
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """How the FSDP plugin shards a model with FSDP2 and keeps modules in float32:
-[`ModelShardingMixin`][precision_fsdp.model_sharding.ModelShardingMixin].
+[`ModelShardingMixin`][precision_fsdp.sharding.model.ModelShardingMixin].
 
 The plugin's own methods a ``configure_model`` (or [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy]) calls:
-[`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard],
-[`prepare_for_sharding`][precision_fsdp.model_sharding.ModelShardingMixin.prepare_for_sharding],
-[`expect_model`][precision_fsdp.model_sharding.ModelShardingMixin.expect_model] and
-[`mark_keep_fp32`][precision_fsdp.model_sharding.ModelShardingMixin.mark_keep_fp32], and the ``keep_fp32`` part
+[`fully_shard`][precision_fsdp.sharding.model.ModelShardingMixin.fully_shard],
+[`prepare_for_sharding`][precision_fsdp.sharding.model.ModelShardingMixin.prepare_for_sharding],
+[`expect_model`][precision_fsdp.sharding.model.ModelShardingMixin.expect_model] and
+[`mark_keep_fp32`][precision_fsdp.sharding.model.ModelShardingMixin.mark_keep_fp32], and the ``keep_fp32`` part
 of ``convert_module``. A base of [`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl], which sets the
 state
 declared here in its ``__init__``; it overrides no Lightning method.
@@ -21,10 +21,12 @@ import torch
 from precision_base import PrecisionPlugin, PrecisionPluginWarning
 from precision_base.doors import door_of
 from precision_base.extra import ExtraPrecisionFeature
+from precision_base.keep_fp32 import KeepFP32, install_fp32_forward, is_kept
 from precision_fsdp import _compat
-from precision_fsdp.keep_fp32 import KeepFP32, KeepFP32Error, cast_except_kept_, install_fp32_forward, is_kept
+from precision_fsdp.errors import KeepFP32Error
+from precision_fsdp.keep_fp32 import cast_except_kept_
 from precision_fsdp.policy import DtypePlan, dtype_name
-from precision_fsdp.sharding import NESTED_UNIT_MARK, FSDPVersion, fsdp_version_of, is_nested_unit, nested_units
+from precision_fsdp.sharding.units import NESTED_UNIT_MARK, FSDPVersion, fsdp_version_of, is_nested_unit, nested_units
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -81,7 +83,7 @@ class ModelShardingMixin(PrecisionPlugin):
     def mixed_precision_policy(self) -> _compat.MixedPrecisionPolicy:
         """FSDP2's ``MixedPrecisionPolicy`` of an outermost unit: ``param_dtype`` = compute dtype, ``reduce_dtype`` =
         reduce dtype, forward inputs cast to ``param_dtype``, outputs left in it. Under ``*-mixed``, a unit that
-        [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] later finds inside another
+        [`fully_shard`][precision_fsdp.sharding.model.ModelShardingMixin.fully_shard] later finds inside another
         stops casting its inputs ([`DtypePlan.fsdp2_policy`][precision_fsdp.policy.DtypePlan.fsdp2_policy])."""
         return self._plan.fsdp2_policy()
 
@@ -95,12 +97,12 @@ class ModelShardingMixin(PrecisionPlugin):
 
         Parameters and buffers not yet sharded are first cast to the storage dtype (fp32 for ``32-true`` and
         ``*-mixed``, fp16/bf16 for ``*-true``); ``mp_policy`` is
-        [`mixed_precision_policy`][precision_fsdp.model_sharding.ModelShardingMixin.mixed_precision_policy]. Other
+        [`mixed_precision_policy`][precision_fsdp.sharding.model.ModelShardingMixin.mixed_precision_policy]. Other
         keyword
         arguments go to torch's ``fully_shard``. Returns the sharded module. (Without a ``configure_model``,
         [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] calls this for you by its wrap policy.) Under
         [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy], the first call inside ``configure_model`` first runs
-        [`prepare_for_sharding`][precision_fsdp.model_sharding.ModelShardingMixin.prepare_for_sharding] on the whole
+        [`prepare_for_sharding`][precision_fsdp.sharding.model.ModelShardingMixin.prepare_for_sharding] on the whole
         LightningModule (``fp8-*`` conversion, ``keep_fp32`` names).
         A module that is already sharded is returned as it is: Lightning calls ``configure_model`` again for
         ``validate`` / ``test`` / ``predict`` after ``fit``, and the model keeps the units of its first sharding.
@@ -141,7 +143,7 @@ class ModelShardingMixin(PrecisionPlugin):
 
     def _stop_nested_input_casts(self, unit: torch.nn.Module) -> None:
         """The plugin's units that now run inside ``unit``'s forward
-        ([`nested_units`][precision_fsdp.sharding.nested_units]) are marked nested and, under ``*-mixed``, stop
+        ([`nested_units`][precision_fsdp.sharding.units.nested_units]) are marked nested and, under ``*-mixed``, stop
         casting their forward inputs ([`DtypePlan.fsdp2_policy`][precision_fsdp.policy.DtypePlan.fsdp2_policy]).
         Units sharded with another policy (``keep_fp32``'s float32 units, a user's own ``fully_shard``) are left as
         they are."""
@@ -164,24 +166,24 @@ class ModelShardingMixin(PrecisionPlugin):
         (``fp8-*``) convert its Linear layers to float8. [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] calls it; a
         ``configure_model`` that shards children separately calls it with ``self`` first (under
         [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] the first
-        [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] call does it)."""
+        [`fully_shard`][precision_fsdp.sharding.model.ModelShardingMixin.fully_shard] call does it)."""
         self._whole_model = None
         self._keep.mark(root)
         self._feature.prepare_model(self, root, exclude=self._kept_modules(root))
 
     def expect_model(self, model: Optional[torch.nn.Module]) -> None:
-        """The whole model that the next [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard]
+        """The whole model that the next [`fully_shard`][precision_fsdp.sharding.model.ModelShardingMixin.fully_shard]
         calls shard parts of (``None``: forget it).
         [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] passes the LightningModule before ``configure_model`` runs, so
         that
-        the first [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] there calls
-        [`prepare_for_sharding`][precision_fsdp.model_sharding.ModelShardingMixin.prepare_for_sharding] with it, and
+        the first [`fully_shard`][precision_fsdp.sharding.model.ModelShardingMixin.fully_shard] there calls
+        [`prepare_for_sharding`][precision_fsdp.sharding.model.ModelShardingMixin.prepare_for_sharding] with it, and
         ``None`` after."""
         self._whole_model = model
 
     def mark_keep_fp32(self, root: torch.nn.Module) -> None:
         """Match ``keep_fp32`` names against ``root`` (the whole model) before sharding its parts one by one, so a
-        kept module passed to [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] on its own
+        kept module passed to [`fully_shard`][precision_fsdp.sharding.model.ModelShardingMixin.fully_shard] on its own
         is recognised. [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy]
         calls it; a ``configure_model`` that shards children separately calls it with ``self`` first."""
         self._keep.mark(root)
@@ -213,7 +215,7 @@ class ModelShardingMixin(PrecisionPlugin):
         Raises:
             KeepFP32Error: the model is FSDP2-sharded but a kept module with parameters was sharded inside another
                 unit (it was not reached by
-                [`fully_shard`][precision_fsdp.model_sharding.ModelShardingMixin.fully_shard] before its parent), so it
+                [`fully_shard`][precision_fsdp.sharding.model.ModelShardingMixin.fully_shard] before its parent), so it
                 cannot have its own policy; or (``*-true``) an FSDP2 unit sharded without the plugin holds a kept
                 module and its own parameters in another dtype than the precision's: torch's public API casts a unit
                 only with everything inside it, the kept module included.

@@ -126,7 +126,7 @@ def tools(session: nox.Session) -> None:
     # precision-base alone (no torch): test_package_list_consumers reads the registry's PUBLISHED_DISTRIBUTIONS
     session.install(str(PACKAGES["precision_base"].path))
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider", *session.posargs)
-    session.run("python", "benchmarks/bench/freshness.py")
+    session.run("python", "tools/bench_freshness.py")
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["ci", "build"])
@@ -196,7 +196,7 @@ def bench(session: nox.Session) -> None:
     """python benchmarks/run.py: results into build/benchmarks/; ``-- --update-docs`` rewrites tracked docs/ files.
     ``-- --check`` installs nothing and fails when a committed CPU result is stale (what the release workflow runs)."""
     if "--check" in session.posargs:
-        session.run("python", "benchmarks/bench/freshness.py", *session.posargs)
+        session.run("python", "tools/bench_freshness.py", *session.posargs)
         return
     env = everything(session, "matplotlib", "scipy", "pyperf", "transformers")
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)

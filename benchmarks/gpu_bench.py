@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.freshness import ROOT
+from bench.report import DOCS
 from precision_testsupport.launch import run_ranks
+from tools.docgen import benchmark_index
 
-DOCS = ROOT / "docs" / "benchmarks"
 SECTIONS = ("fits", "fp8")
 SETUPS = ("fsdp1", "fsdp2", "zero2", "zero3")
 FSDP_PRECISIONS = ("32-true", "16-true", "16-mixed", "bf16-true", "bf16-mixed")
@@ -107,9 +107,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fp8-steps", type=int, default=15, help="timed steps per fp8 fit (after --warmup)")
     parser.add_argument("--layers", type=int, default=0, help="fp8 model blocks (default 18: ~1B parameters)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense half-precision peak of the GPU")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--out", type=Path, default=ROOT / "build" / "benchmarks", help="output folder")
-    where.add_argument("--update-docs", action="store_true", help=f"write into {DOCS.relative_to(ROOT)}")
+    report.output_options(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; needs no GPU")
     parser.add_argument("--fp8", action="store_true", help="the fp8 section only (same as --sections fp8)")
     args = parser.parse_args(argv)
@@ -128,12 +126,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 # ---- inside the rank -------------------------------------------------------------------------------------------
-def _loss(logits: Any, tokens: Any) -> Any:
-    import torch
-
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
-
-
 def tokens(m: dict[str, int], steps: int, seed: int) -> list[Any]:
     """``steps`` batches of random token ids (int64, ``(batch, seq + 1)``)."""
     import torch
@@ -173,7 +165,7 @@ def lightning_fit(setup: str, variant: str, precision: str, net: Any, data: list
         from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
 
         import precision_base
-        from bench.runs import bench_module, fsdp2_variant
+        from bench.runs import bench_module, fsdp2_variant, loss_fn
         from precision_testsupport.models import QUIET, GPTBlock
 
         shard, kw = None, {}
@@ -193,7 +185,7 @@ def lightning_fit(setup: str, variant: str, precision: str, net: Any, data: list
         if compile_blocks:
             for block in net.blocks:
                 block.compile()
-        module = bench_module(net, lambda n, t: _loss(n(t[:, :-1]), t), tick, 1e-4, shard=shard)
+        module = bench_module(net, lambda n, t: loss_fn(n(t[:, :-1]), t[:, 1:]), tick, 1e-4, shard=shard)
         if strategy != "auto":
             kw["strategy"] = strategy
         trainer = trainer_cls(accelerator=accelerator, devices=1, max_steps=len(data), **kw, **QUIET)
@@ -210,48 +202,41 @@ def _journal(path: str, record: dict[str, Any]) -> None:
 
 
 def worker(args: dict[str, Any]) -> dict[str, Any]:
-    """Inside the rank: the fits, then the fp8 fits, each while its section's budget lasts; a line per fit in the
-    journal (``{"kind", ..., "error"?}``)."""
+    """Inside the rank: the fits, then the fp8 fits, each while its section's budget lasts (an fp8 fit starts only
+    while the longest one so far, at least 60 s, still fits); a line per fit in the journal (``{"kind", ...,
+    "error"?}``): one broken combination must not lose the others' results."""
     import torch
 
     from precision_testsupport.models import TinyGPT
 
-    p, journal = args["plan"], args["journal"]
-    start = time.time()
-    deadline = start + p["budget_s"].get("fits", 0.0)
-    m, steps = p["model"], p["warmup"] + p["steps"]
-    for fit in p["fits"]:
-        if time.time() > deadline:
-            _journal(journal, {"kind": "fit", **fit, "skipped": "time budget spent"})
-            continue
-        try:
-            with torch.device("cuda"):
-                net = TinyGPT(**{k: v for k, v in m.items() if k != "batch"})
-            lf = lightning_fit(fit["setup"], fit["variant"], fit["precision"], net, tokens(m, steps, 1000))
-            _journal(journal, {"kind": "fit", **fit, **measure(lf, p["warmup"], "cuda")})
-        except Exception as exc:  # one broken combination must not lose the others' results
-            _journal(journal, {"kind": "fit", **fit, "error": f"{type(exc).__name__}: {exc}"[:800]})
-        torch.cuda.empty_cache()
-    deadline = max(deadline, time.time()) + p["budget_s"].get("fp8", 0.0)
-    m8, longest = p["fp8_model"], 60.0
-    for fit in p["fp8"]:
-        net = None
-        if time.time() + longest > deadline:
-            _journal(journal, {"kind": "fp8", **fit, "skipped": "time budget spent"})
-            continue
-        try:
-            with torch.device("cuda"):
-                net = TinyGPT(**{k: v for k, v in m8.items() if k != "batch"})
-            lf = lightning_fit("single", "ours", fit["spec"], net, tokens(m8, p["warmup"] + p["fp8_steps"], 0),
-                               compile_blocks=fit["compile"])  # fmt: skip
-            record = measure(lf, p["warmup"], "cuda")
-            longest = max(longest, record["fit_s"])
-            _journal(journal, {"kind": "fp8", **fit, **record, "parameters": sum(x.numel() for x in net.parameters()),
-                               "converted_linears": getattr(lf, "converted", 0)})  # fmt: skip
-        except Exception as exc:
-            _journal(journal, {"kind": "fp8", **fit, "error": f"{type(exc).__name__}: {exc}"[:800]})
-        del net
-        torch.cuda.empty_cache()
+    p, journal, deadline, longest = args["plan"], args["journal"], time.time(), {"fit": 0.0, "fp8": 60.0}
+    for kind, fits, m, steps, seed in (("fit", p["fits"], p["model"], p["steps"], 1000),
+                                       ("fp8", p["fp8"], p["fp8_model"], p["fp8_steps"], 0)):  # fmt: skip
+        deadline = max(deadline, time.time()) + p["budget_s"].get("fits" if kind == "fit" else "fp8", 0.0)
+        for fit in fits:
+            net = None
+            if time.time() + longest[kind] > deadline:
+                _journal(journal, {"kind": kind, **fit, "skipped": "time budget spent"})
+                continue
+            try:
+                with torch.device("cuda"):
+                    net = TinyGPT(**{k: v for k, v in m.items() if k != "batch"})
+                data = tokens(m, p["warmup"] + steps, seed)
+                lf = (
+                    lightning_fit(fit["setup"], fit["variant"], fit["precision"], net, data)
+                    if kind == "fit"
+                    else lightning_fit("single", "ours", fit["spec"], net, data, compile_blocks=fit["compile"])
+                )
+                record = {"kind": kind, **fit, **measure(lf, p["warmup"], "cuda")}
+                if kind == "fp8":
+                    longest[kind] = max(longest[kind], record["fit_s"])
+                    record.update(parameters=sum(x.numel() for x in net.parameters()),
+                                  converted_linears=getattr(lf, "converted", 0))  # fmt: skip
+                _journal(journal, record)
+            except Exception as exc:
+                _journal(journal, {"kind": kind, **fit, "error": f"{type(exc).__name__}: {exc}"[:800]})
+            del net
+            torch.cuda.empty_cache()
     return {"done": True}
 
 
@@ -267,12 +252,11 @@ def analyse(records: list[dict[str, Any]], m8: dict[str, int], peak: float | Non
         e["final_loss"].append(r["final_loss"])
     for entry in by.values():
         v = entry["variants"]
-        for e in v.values():
-            e["step_s"] = report.summarize([t for rs in e["rounds"] for t in rs])
+        step_s, entry["ratios"] = report.compare({x: e["rounds"] for x, e in v.items()}, [("ours", "builtin")])
+        for x, e in v.items():
+            e["step_s"] = step_s[x]
             e["tokens_per_s"] = MODEL["batch"] * MODEL["seq"] / e["step_s"]["median"]
         if "ours" in v and "builtin" in v:
-            pa, pb = ([t for rs in v[x]["rounds"] for t in rs] for x in ("ours", "builtin"))
-            entry["ratios"]["ours/builtin"] = report.ratio(pa, pb, v["ours"]["rounds"], v["builtin"]["rounds"])
             entry["memory_ours/builtin"] = max(v["ours"]["peak_memory_bytes"]) / max(v["builtin"]["peak_memory_bytes"])
     fp8 = [r for r in records if r["kind"] == "fp8" and "step_s" in r]
     for r in fp8:
@@ -286,75 +270,11 @@ def analyse(records: list[dict[str, Any]], m8: dict[str, int], peak: float | Non
             "skipped": [r for r in records if "skipped" in r]}  # fmt: skip
 
 
-def _label(r: dict[str, Any]) -> str:
-    if r["kind"] == "fp8":
-        return f"{r['spec']}, compile {'on' if r['compile'] else 'off'}"
-    return f"{r['setup']} {r['precision']} {r['variant']} (round {r['round'] + 1})"
-
-
 def write_report(out: Path, results: dict[str, Any], machine: dict[str, Any], config: dict[str, Any],
                  start: float) -> list[Path]:  # fmt: skip
     """``gpu.json``, ``gpu.md`` and ``gpu.png`` in ``out`` (then the folder's index pages)."""
-    from bench import index
-
-    rows = []
-    for key, e in results["fits"].items():
-        for v, x in e["variants"].items():
-            r = e["ratios"].get("ours/builtin") if v == "ours" else None
-            mem = e.get("memory_ours/builtin") if v == "ours" else None
-            rows.append([*key.split("|"), v, f"{x['step_s']['median'] * 1e3:.2f}", f"{x['tokens_per_s']:,.0f}",
-                         report.fmt_bytes(max(x["peak_memory_bytes"])), f"{x['final_loss'][-1]:.4f}",
-                         report.fmt_ratio(r) + f" ({r['verdict']})" if r else "",
-                         f"{mem:.3f}" if mem else ""])  # fmt: skip
-    fp8_rows = [[r["spec"], "on" if r["compile"] else "off", f"{r['parameters']:,}", r["converted_linears"],
-                 f"{r['tokens_per_s']:,.0f}", "-" if r["mfu"] is None else f"{r['mfu']:.1%}",
-                 "-" if r["tokens_per_s_vs_bf16_mixed"] is None else f"{r['tokens_per_s_vs_bf16_mixed']:.3f}",
-                 report.fmt_bytes(r["peak_memory_bytes"]),
-                 "-" if r["memory_vs_bf16_mixed"] is None else f"{r['memory_vs_bf16_mixed']:.3f}"]
-                for r in results["fp8"]]  # fmt: skip
-    m, m8 = config["plan"]["model"], config["plan"]["fp8_model"]
-    body = (
-        f"{machine.get('gpu')}; one GPU. Fits: TinyGPT {m}, {config['plan']['steps']} steps after "
-        f"{config['plan']['warmup']} warm-up steps per fit, {config['rounds']} interleaved round(s). Step time: "
-        "median ms; peak: CUDA memory allocated; loss: after the last step.\n\n"
-        + (report.md_table(["setup", "precision", "variant", "step ms", "tokens/s", "peak memory", "final loss",
-                            "step time ours / built-in", "peak memory ours / built-in"], rows) if rows
-           else "No fit of this section completed.")
-        + f"\n\n## FP8 against bf16-mixed\n\nTinyGPT {m8}, {config['plan']['fp8_steps']} steps after "
-        f"{config['plan']['warmup']} warm-up; `torch.compile` on each block when on; MFU at "
-        f"{config['peak_tflops']} TFLOP/s.\n\n"
-        + (report.md_table(["spec", "compile", "parameters", "fp8 Linears", "tokens/s", "MFU", "vs bf16-mixed",
-                            "peak memory", "vs bf16-mixed"], fp8_rows) if fp8_rows
-           else f"Not run: {config.get('fp8_problem') or 'no fp8 fit completed'}.")
-        + "".join(f"\n\nFailed: {_label(r)}: {r['error']}" for r in results["errors"])
-        + ("\n\nNot run (time budget spent): " + ", ".join(_label(r) for r in results["skipped"])
-           if results["skipped"] else "")
-    )  # fmt: skip
-
-    def plot(plt: Any) -> Any:
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 9))
-        keys = list(results["fits"])
-        for j, v in enumerate(VARIANTS):
-            xs = [i for i, k in enumerate(keys) if v in results["fits"][k]["variants"]]
-            ys = [results["fits"][keys[i]]["variants"][v]["step_s"]["median"] * 1e3 for i in xs]
-            ax1.bar([x + (j - 0.5) * 0.4 for x in xs], ys, 0.4, color=f"C{j}", label=v)
-        ax1.set_xticks(range(len(keys)), [k.replace("|", " ") for k in keys], rotation=90)
-        ax1.set_ylabel("median step time, ms")
-        ax1.legend(frameon=False)
-        labels = [_label(r) for r in results["fp8"]]
-        ax2.barh(range(len(labels)), [r["tokens_per_s"] for r in results["fp8"]])
-        ax2.set_yticks(range(len(labels)), labels)
-        ax2.set_xlabel("tokens/s, ~1B-parameter TinyGPT")
-        fig.tight_layout()
-        return fig
-
-    findings = [f"{k.replace('|', ' ')} ours/builtin = {report.fmt_ratio(r)}: {r['verdict']}"
-                for k, e in results["fits"].items() if (r := e["ratios"].get("ours/builtin"))]  # fmt: skip
-    findings += [f"{_label(r)}: {r['tokens_per_s']:,.0f} tokens/s" + (f", {r['tokens_per_s_vs_bf16_mixed']:.3f}x "
-                 "bf16-mixed" if r["tokens_per_s_vs_bf16_mixed"] else "") for r in results["fp8"]]  # fmt: skip
-    paths = report.write(out, "gpu", "GPU: one CUDA GPU", body, plot, start, quick=False, machine=machine,
-                         config=config, results=results, findings=findings)  # fmt: skip
-    index.write(out)
+    paths = report.save(out, "gpu", start, quick=False, machine=machine, config=config, results=results)
+    benchmark_index.write(out)
     return paths
 
 
@@ -383,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(0)
     fp8_problem = None
     if "fp8" in args.sections:
-        from precision_fsdp.float8 import hardware_problem
+        from precision_fsdp.float8.config import hardware_problem
 
         fp8_problem = hardware_problem() if find_spec("torchao") else "torchao is not installed (precision-fsdp[fp8])"
         if fp8_problem:

@@ -3,54 +3,51 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-from bench import discovery, index, memory, memory_real, numerics, overhead, report
+from bench import audit, discovery, memory, memory_real, numerics, overhead, report
+from tools.docgen import benchmark_index
 
-OVERHEAD = {overhead.name_of(b, m): (b, m) for m in ("mlp", "llama", "resnet") for b in ("fsdp", "deepspeed")}
-OPTIONAL = tuple(n for n in ("audit",) if importlib.util.find_spec(f"bench.{n}"))  # bench/<name>.py with run()
-BENCHMARKS = (*OVERHEAD, "discovery", "memory", "memory-real", "numerics", *OPTIONAL)
-DOCS = report.ROOT / "docs" / "benchmarks"
+CACHE = Path(tempfile.gettempdir()) / "precision-plugins-bench"
+
+
+def benchmarks(cache: Path = CACHE) -> dict[str, Callable[[bool], dict[str, Any]]]:
+    """Every benchmark, in the order they run: name -> ``run(quick)``, which measures and returns the result's data
+    (config, results, ...) for :func:`bench.report.save`."""
+    over = {overhead.name_of(b, m): partial(overhead.run, backend=b, model=m)
+            for m in ("mlp", "llama", "resnet") for b in ("fsdp", "deepspeed")}  # fmt: skip
+    return {**over, "discovery": partial(discovery.run, cache=cache), "memory": memory.run,
+            "memory-real": memory_real.run, "numerics": numerics.run, "audit": audit.run}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
+    names = list(benchmarks())
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few samples: a smoke test of every benchmark")
-    parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--out", type=Path, default=report.ROOT / "build" / "benchmarks", help="output folder")
-    where.add_argument("--update-docs", action="store_true", help=f"write into {DOCS.relative_to(report.ROOT)}")
-    cache = Path(tempfile.gettempdir()) / "precision-plugins-bench"
-    parser.add_argument("--cache", type=Path, default=cache, help="where discovery keeps its venvs between runs")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(names)}")
+    report.output_options(parser)
+    parser.add_argument("--cache", type=Path, default=CACHE, help="where discovery keeps its venvs between runs")
     parser.add_argument("--keep-going", action="store_true", help="run the other benchmarks when one fails")
     args = parser.parse_args(argv)
-    chosen = [b.strip() for b in args.only.split(",") if b.strip()] or list(BENCHMARKS)
-    if unknown := [b for b in chosen if b not in BENCHMARKS]:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    chosen = [b.strip() for b in args.only.split(",") if b.strip()] or names
+    if unknown := [b for b in chosen if b not in names]:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(names)}")
     if args.update_docs and args.quick:
         parser.error("--update-docs publishes results: run it without --quick")
-    out = DOCS if args.update_docs else args.out
-    failed = []
+    out, runs, failed = report.DOCS if args.update_docs else args.out, benchmarks(args.cache), []
     for name in chosen:
         start = time.perf_counter()
         print(f"[bench] {name} ...", flush=True)
         try:
             machine = report.machine_info()
-            if name in OVERHEAD:
-                paths = overhead.run(args.quick, machine, out, *OVERHEAD[name])
-            elif name in OPTIONAL:
-                paths = importlib.import_module(f"bench.{name}").run(args.quick, machine, out)
-            elif name == "discovery":
-                paths = discovery.run(args.quick, machine, out, args.cache)
-            else:
-                paths = {"memory": memory, "memory-real": memory_real, "numerics": numerics}[name].run(
-                    args.quick, machine, out
-                )
+            paths = report.save(out, name, start, quick=args.quick, machine=machine, **runs[name](args.quick))
         except Exception:
             failed.append(name)
             traceback.print_exc()
@@ -58,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
         else:
             print(f"[bench] {name}: {time.perf_counter() - start:.0f} s -> {', '.join(map(str, paths))}", flush=True)
-    print(f"[bench] index: {index.write(out)}")
+    print(f"[bench] index: {benchmark_index.write(out)}")
     if failed:
         print(f"[bench] FAILED: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -1,19 +1,13 @@
-"""The precision audit's cost: an audited step against a normal one, and the steps after the audit against a run
-without it, 2 processes on CPU (FSDP2 ``fsdp:bf16-mixed`` and DeepSpeed ZeRO-2 ``deepspeed:bf16-mixed``, the
-benchmarks' tiny Llama, ``bench.models``).
-
-One 2-rank launch per backend. Each round runs two fresh fits of ``steps`` steps in a shuffled order (the same in
-both ranks): ``audit`` (``PrecisionAudit(steps=1)``: step 0 audited, every hook removed after it) and ``plain`` (no
-audit). Step times are wall-clock from the batch's start to its end (the slowest rank's). Compared side by side:
-step 0 of ``audit`` with step 0 of ``plain`` (the audited step; both include the first step's lazy set-up) and
-steps 1.. of ``audit`` with steps 1.. of ``plain`` (once the audit is over, a run should be as fast as without it).
+"""The precision audit's cost, 2 processes on CPU: an audited step against a normal one, and the steps after the audit
+against a run without it, each backend at ``bf16-mixed`` on the benchmarks' tiny Llama (:mod:`bench.models`), in
+interleaved rounds of two fresh fits (``audit``: ``PrecisionAudit(steps=1)``; ``plain``). The method in full is the
+page's introduction (``AUDIT`` in tools/docgen/benchmark_pages.py).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from bench import models, report, runs
@@ -105,47 +99,7 @@ def analyse(samples: dict[str, list[list[float]]]) -> dict[str, Any]:
     }
 
 
-def run(quick: bool, machine: dict[str, Any], out: Path) -> list[Path]:
+def run(quick: bool) -> dict[str, Any]:
     config = {"rounds": 2 if quick else 6, "steps": 4 if quick else 12, "batch": 8}
-    start = time.perf_counter()
-    results: dict[str, Any] = {}
-    raw: dict[str, Any] = {}
-    for backend in BACKENDS:
-        raw[backend] = runs.in_ranks("bench.audit:worker", {**config, "backend": backend})
-        results[backend] = analyse(raw[backend])
-    header = ["backend", "audited step / normal step", "steps after the audit / run without it"]
-    rows = [
-        [f"{b}:bf16-mixed", report.fmt_ratio(results[b]["audited_step"]), report.fmt_ratio(results[b]["after_audit"])]
-        for b in BACKENDS
-    ]
-    findings = [
-        f"{b}: audited step {results[b]['audited_step']['ratio']:.2f}x a normal step (the audit's budget is 3x); "
-        f"steps after the audit {results[b]['after_audit']['ratio']:.3f}x a run without it "
-        f"({results[b]['after_audit']['verdict']})"
-        for b in BACKENDS
-    ]
-    body = (
-        f"{(__doc__ or '').strip()}\n\n{config['rounds']} rounds, {config['steps']} steps per fit, batch "
-        f"{config['batch']} per rank. Ratios: median over all rounds [95% bootstrap interval]; p20 ratio.\n\n"
-        + report.md_table(header, rows)
-    )
-
-    def plot(plt: Any) -> Any:
-        fig, grid = plt.subplots(1, len(BACKENDS), figsize=(8, 4), squeeze=False)
-        axes = list(grid[0])
-        for ax, backend in zip(axes, BACKENDS, strict=True):
-            for variant, style in (("audit", "-o"), ("plain", "--s")):
-                for i, times in enumerate(raw[backend][variant]):
-                    ax.plot([t * 1000 for t in times], style, lw=1, ms=3, alpha=0.7,
-                            color="C0" if variant == "audit" else "C1", label=variant if i == 0 else None)  # fmt: skip
-            ax.set_title(f"{backend}:bf16-mixed")
-            ax.set_xlabel("step")
-            ax.set_ylabel("step time (ms)")
-            ax.set_yscale("log")
-        report.legend_below(fig, axes[0], 2)
-        return fig
-
-    return report.write(
-        out, "audit", "Precision audit cost", body, plot, start, quick=quick, machine=machine, config=config,
-        results=results, raw=raw, findings=findings,
-    )  # fmt: skip
+    raw = {backend: runs.in_ranks("bench.audit:worker", {**config, "backend": backend}) for backend in BACKENDS}
+    return {"config": config, "results": {b: analyse(raw[b]) for b in BACKENDS}, "raw": raw}

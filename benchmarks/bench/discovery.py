@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -72,58 +71,18 @@ def imported(python: Path, code: str) -> dict[str, Any]:
     return {"modules": len(modules), "heavy": [m for m in HEAVY_MODULES if m in top]}
 
 
-def run(quick: bool, machine: dict[str, Any], out: Path, cache: Path) -> list[Path]:
+def run(quick: bool, cache: Path) -> dict[str, Any]:
+    """``cache``: where the venvs are kept between runs."""
     counts = [0, 10] if quick else [0, 1, 10, 100]
-    start = time.perf_counter()
     pythons = environments(cache, counts)
     samples: dict[str, dict[str, list[float]]] = {}
     for label, code in COMMANDS.items():
         for n in [0] if label in HEAVY else counts:
             samples.setdefault(label, {})[str(n)] = pyperf_times(pythons[n], code, quick, label in HEAVY)
-    modules = {label: imported(pythons[0], code) for label, code in COMMANDS.items()}
+    base = samples["python -c pass"]["0"]
     results: dict[str, Any] = {
         "process_wall_s": {k: {n: report.summarize(v) for n, v in per.items()} for k, per in samples.items()},
-        "modules": modules,
+        "modules": {label: imported(pythons[0], code) for label, code in COMMANDS.items()},
+        "vs_pass": {k: report.ratio(per["0"], base) for k, per in samples.items() if k != "python -c pass"},
     }
-    base = samples["python -c pass"]["0"]
-    results["vs_pass"] = {k: report.ratio(per["0"], base) for k, per in samples.items() if k != "python -c pass"}
-    lst = results["process_wall_s"]["precision-plugins list"]
-    lo, hi = str(counts[0]), str(counts[-1])
-    per_plugin = (lst[hi]["median"] - lst[lo]["median"]) / (counts[-1] - counts[0])
-    findings = [f"precision-plugins list: {lst[lo]['median'] * 1e3:.0f} ms with {lo} dummy plugins, "
-                f"{lst[hi]['median'] * 1e3:.0f} ms with {hi} ({per_plugin * 1e3:.2f} ms per installed plugin)",
-                *(f"{k} imports {', '.join(modules[k]['heavy']) or 'none of torch, Lightning, DeepSpeed, numpy'}"
-                  for k in ("import precision_base", "precision-plugins list"))]  # fmt: skip
-    rows = []
-    for k, s in results["process_wall_s"].items():
-        ms = [f"{s[str(n)]['median'] * 1e3:.0f} ({s[str(n)]['iqr'] * 1e3:.0f})" if str(n) in s else "-" for n in counts]
-        vs = report.fmt_ratio(results["vs_pass"][k]) if k in results["vs_pass"] else "-"
-        rows.append([f"`{k}`", *ms, vs, modules[k]["modules"], ", ".join(modules[k]["heavy"]) or "none"])
-    header = ["command", *(f"{n} dummies: ms" for n in counts), "/ `python -c pass`", "modules", "heavy modules"]
-    body = (
-        "Fresh-interpreter wall time per command, timed by `pyperf command` (warm-up run first), in venvs with 0-100 "
-        "dummy plugin distributions installed next to precision-fsdp and precision-deepspeed. Cells: median ms (IQR); "
-        "ratio of medians to `python -c pass` with a 95% bootstrap interval; modules each command imports.\n\n"
-        + report.md_table(header, rows)
-    )
-
-    def plot(plt: Any) -> Any:
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 8.5))
-        labels = list(results["process_wall_s"])
-        ax1.barh(range(len(labels)), [results["process_wall_s"][k]["0"]["median"] * 1e3 for k in labels])
-        ax1.set_yticks(range(len(labels)), labels)
-        ax1.set_xscale("log")
-        ax1.set_xlabel("fresh-interpreter wall time, ms (no dummy plugins)")
-        for label in ("precision-plugins list", "import precision_base", "python -c pass"):
-            per = results["process_wall_s"][label]
-            ax2.plot([max(int(n), 0.5) for n in per], [s["median"] * 1e3 for s in per.values()], "o-", label=label)
-        ax2.set_xscale("log")
-        ax2.set_xlabel("installed dummy plugin distributions (0 drawn at 0.5)")
-        ax2.set_ylabel("ms")
-        ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-        fig.tight_layout()
-        return fig
-
-    config = {"counts": counts, "commands": COMMANDS}
-    return report.write(out, "discovery", "Discovery cost", body, plot, start, quick=quick, machine=machine,
-                        config=config, results=results, findings=findings)  # fmt: skip
+    return {"config": {"counts": counts, "commands": COMMANDS}, "results": results}

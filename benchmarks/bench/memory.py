@@ -11,20 +11,26 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import time
 from pathlib import Path
 from typing import Any
 
-from bench import report, runs
+from bench import runs
 
 ROLES = ("params", "master", "grads", "optimizer_state", "other")
-HEADER = ["setup", "ranks", "precision", "params", "fp32 master", "grads", "optimizer state", "other ZeRO buffers",
-          "tracked total", "peak RSS delta", "peak RSS"]  # fmt: skip
 
 
-def _vm(key: str) -> int:
+def vm(key: str) -> int:
+    """This process's ``VmRSS`` (resident now) or ``VmHWM`` (its peak since the last reset), in bytes."""
     line = next(ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith(key + ":"))
     return int(line.split()[1]) * 1024
+
+
+def reset_peak() -> int:
+    """Free what earlier fits left and reset the peak RSS (Linux's ``VmHWM``); returns the RSS now."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM
+    return vm("VmRSS")
 
 
 class Ledger:
@@ -88,67 +94,24 @@ def worker(args: dict[str, Any]) -> list[dict[str, Any]]:
             def on_step(module: Any, optimizer: Any, _b: str = backend, _c: Any = counted) -> None:
                 _c["bytes"] = count(_b, module, optimizer)
 
-            gc.collect()
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-            Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM
-            before = _vm("VmRSS")
+            before = reset_peak()
             kw = {"stage": stage} if backend == "deepspeed" else {}
             runs.run(backend, "ours", precision, task, steps, 0, on_step=on_step, **kw)
-            record = {"backend": backend, "stage": stage, "precision": precision, **counted, "peak_rss": _vm("VmHWM"),
-                      "peak_rss_delta": _vm("VmHWM") - before}  # fmt: skip
+            record = {"backend": backend, "stage": stage, "precision": precision, **counted, "peak_rss": vm("VmHWM"),
+                      "peak_rss_delta": vm("VmHWM") - before}  # fmt: skip
             out.append(runs.with_every_rank(record))
     return out
 
 
-def run(quick: bool, machine: dict[str, Any], out: Path) -> list[Path]:
+def run(quick: bool) -> dict[str, Any]:
     configs = [("fsdp", 0), *(("deepspeed", stage) for stage in ((2,) if quick else (1, 2, 3)))]
     precisions = ["bf16-mixed"] if quick else ["32-true", "bf16-true", "bf16-mixed"]
     config: dict[str, Any] = {"task": {"width": 256 if quick else 512, "depth": 2 if quick else 4, "batch": 8},
                               "steps": 2 if quick else 3, "worlds": [2] if quick else [1, 2], "configs": configs,
                               "precisions": precisions}  # fmt: skip
-    start, rows = time.perf_counter(), []
+    rows = []
     for world in config["worlds"]:
         for r in runs.in_ranks("bench.memory:worker", config, world=world, threads=2 // world):
             r["world"], r["setup"] = world, "FSDP2" if r["backend"] == "fsdp" else f"ZeRO-{r['stage']}"
             rows.append(r)
-    findings = []
-    by = {(r["setup"], r["precision"], r["world"]): sum(r["bytes"].values()) for r in rows}
-    for (setup, precision, world), total in by.items():
-        if world == 2 and by.get((setup, precision, 1)):
-            findings.append(
-                f"{setup} {precision}: tracked bytes per rank with 2 ranks = "
-                f"{total / by[(setup, precision, 1)]:.2f} x those with 1 rank"
-            )
-    table = [[r["setup"], r["world"], r["precision"], *(report.fmt_bytes(r["bytes"][k]) for k in ROLES),
-              *map(report.fmt_bytes, (sum(r["bytes"].values()), r["peak_rss_delta"], r["peak_rss"]))]
-             for r in rows]  # fmt: skip
-    t = config["task"]
-    body = (
-        f"Our plugins, model of {t['depth']} residual MLP blocks of width {t['width']}, AdamW, batch {t['batch']} per "
-        f"rank, {config['steps']} steps, counted just before the last optimizer step; rank 0's figures (every "
-        "rank's are in the JSON). Peak RSS includes the ~1 GiB that importing torch, Lightning and DeepSpeed costs.\n\n"
-        + report.md_table(HEADER, table)
-    )
-
-    def plot(plt: Any) -> Any:
-        precisions = list(dict.fromkeys(r["precision"] for r in rows))
-        fig, axes = plt.subplots(1, len(precisions), figsize=(2.9 * len(precisions), 4.8), sharey=True, squeeze=False)
-        for ax, precision in zip(axes[0], precisions, strict=True):
-            sel = [r for r in rows if r["precision"] == precision]
-            bottom = [0.0] * len(sel)
-            for role in ROLES:
-                vals = [r["bytes"][role] / 2**20 for r in sel]
-                ax.bar(range(len(sel)), vals, bottom=bottom, label=role)
-                bottom = [a + b for a, b in zip(bottom, vals, strict=True)]
-            rss = [r["peak_rss_delta"] / 2**20 for r in sel]
-            ax.plot(range(len(sel)), rss, "k_", markersize=14, label="peak RSS delta")
-            ax.set_xticks(range(len(sel)), [f"{r['setup']} x{r['world']}" for r in sel], rotation=90)
-            ax.set_title(precision)
-        axes[0][0].set_ylabel("MiB on rank 0")
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
-        fig.tight_layout()
-        return fig
-
-    return report.write(out, "memory", "Memory per rank", body, plot, start, quick=quick, machine=machine,
-                        config={**config, "roles": ROLES}, results=rows, findings=findings)  # fmt: skip
+    return {"config": {**config, "roles": ROLES}, "results": rows}

@@ -11,11 +11,9 @@ it does no autocast (it hard-codes ``torch.autocast("cuda")``), so every op runs
 from __future__ import annotations
 
 import math
-import time
-from pathlib import Path
 from typing import Any
 
-from bench import report, runs
+from bench import runs
 
 RUNS: list[dict[str, Any]] = [
     *({"backend": "fsdp", "variant": "ours", "precision": p} for p in ("32-true", "bf16-true", "16-true")),
@@ -30,8 +28,6 @@ RUNS: list[dict[str, Any]] = [
     {"backend": "deepspeed", "variant": "ours", "precision": "bf16-mixed", "options": {"torch_autocast": True}},
 ]
 QUICK_RUNS = [0, 3, 9, 11]
-HEADER = ["run", "final train loss (last 10)", "eval loss", "eval loss - 32-true", "weights: rel. L2 from 32-true",
-          "non-finite losses"]  # fmt: skip
 
 
 def name(run: dict[str, Any]) -> str:
@@ -90,46 +86,8 @@ def analyse(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def run(quick: bool, machine: dict[str, Any], out: Path) -> list[Path]:
+def run(quick: bool) -> dict[str, Any]:
     selected = [RUNS[i] for i in QUICK_RUNS] if quick else RUNS
     config: dict[str, Any] = {"task": {"width": 128, "depth": 2, "batch": 32, "lr": 3e-3}, "steps": 20 if quick else 80,
               "eval_samples": 256 if quick else 1024, "runs": selected}  # fmt: skip
-    start = time.perf_counter()
-    rows = analyse(runs.in_ranks("bench.numerics:worker", config))
-    by = {r["name"]: r for r in rows}
-    findings = []
-    for low, half in (("bf16", "bf16"), ("16", "fp16")):
-        a, b = by.get(f"fsdp:{low}-mixed, reduce fp32"), by.get(f"fsdp:{low}-mixed, reduce {half}")
-        c = by.get(f"fsdp:{low}-mixed (Lightning built-in)")
-        if a and b:
-            findings.append(f"fsdp:{low}-mixed: |eval loss - 32-true| = {abs(a['eval_loss_diff_vs_32']):.4f} with "
-                            f"fp32 reduction, {abs(b['eval_loss_diff_vs_32']):.4f} with {half} reduction")  # fmt: skip
-        if a and c:
-            findings.append(f"fsdp:{low}-mixed, Lightning built-in on CPU (no autocast): |eval loss - 32-true| = "
-                            f"{abs(c['eval_loss_diff_vs_32']):.4f} vs ours "
-                            f"{abs(a['eval_loss_diff_vs_32']):.4f}")  # fmt: skip
-    table = [[r["name"], f"{r['final_train_loss']:.4f}", f"{r['eval_loss']:.4f}", f"{r['eval_loss_diff_vs_32']:+.4f}",
-              f"{r['weight_rel_l2_vs_32']:.4f}", r["nonfinite_losses"]] for r in rows]  # fmt: skip
-    t = config["task"]
-    body = (
-        f"A fixed teacher classification task ({t['depth']} residual MLP blocks of width {t['width']}, batch "
-        f"{t['batch']} per rank, AdamW lr {t['lr']}), {config['steps']} steps in 2 processes on CPU; FSDP runs use "
-        f"FSDP2, DeepSpeed runs ZeRO-2. Eval loss: fp32, final weights, {config['eval_samples']} held-out samples.\n\n"
-        + report.md_table(HEADER, table)
-    )
-
-    def plot(plt: Any) -> Any:
-        fig, axes = plt.subplots(2, 1, figsize=(8, 9))
-        for ax, backend in zip(axes, ("fsdp", "deepspeed"), strict=True):
-            ref = next((r for r in rows if r["name"] == f"{backend}:32-true"), None)
-            for r in (r for r in rows if r["backend"] == backend and ref):
-                diff = [a - b for a, b in zip(r["losses"], ref["losses"], strict=True)]  # type: ignore[index]
-                ax.plot(diff, "--" if r["variant"] == "builtin" else "-", lw=1, label=r["name"].split(":", 1)[1])
-            ax.axhline(0, color="k", lw=0.5)
-            ax.set_title(f"{backend}: training loss minus the 32-true run's")
-            ax.set_xlabel("step")
-            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=10)
-        return fig
-
-    return report.write(out, "numerics", "Numerics", body, plot, start, quick=quick, machine=machine, config=config,
-                        results=rows, findings=findings)  # fmt: skip
+    return {"config": config, "results": analyse(runs.in_ranks("bench.numerics:worker", config))}

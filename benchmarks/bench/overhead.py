@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from bench import models, report, runs
@@ -22,7 +21,6 @@ MIXED = ["ours", "ours-lowreduce", "builtin", "amp", "hand", "hand-lowreduce"]
 THREE = ["ours", "builtin", "hand"]
 MIXED_REAL = ["ours", "builtin", "amp", "hand"]  # FSDP *-mixed on the real models
 BLOCKS = "ours-blocks"  # FSDP on the decoder: ours sharded by FSDP2Strategy(auto_wrap_policy={its block class})
-SHOWN = ["ours", "builtin", "amp", "hand"]  # the step-time columns
 VARIANTS = {
     "fsdp": {p: THREE for p in ("32-true", "bf16-true", "16-true")} | {"bf16-mixed": MIXED, "16-mixed": MIXED},
     # DeepSpeed's bf16-true / 16-true run the same engine as bf16-mixed / 16-mixed (memory and numerics cover it);
@@ -41,16 +39,6 @@ REAL_PRECISIONS = {
 REAL_TASK = {"llama": {"batch": 8}, "resnet": {"batch": 16}}
 PAIRS = [("ours", "builtin"), ("ours", "hand"), ("ours", "amp"), ("amp", "hand"), ("ours-lowreduce", "builtin"),
          ("builtin", "hand"), (BLOCKS, "builtin")]  # fmt: skip
-COLUMNS = {"wall: ours / built-in": ("wall", "ours/builtin"), "wall: ours / hand": ("wall", "ours/hand"),
-           "CPU: ours / built-in": ("cpu", "ours/builtin"), "CPU: ours / hand": ("cpu", "ours/hand"),
-           "CPU: ours / Lightning AMP": ("cpu", "ours/amp"), "CPU: Lightning AMP / hand": ("cpu", "amp/hand"),
-           "wall: ours reduce=low / built-in": ("wall", "ours-lowreduce/builtin"),
-           "wall: ours, FSDP2Strategy block set / built-in": ("wall", f"{BLOCKS}/builtin")}  # fmt: skip
-LABELS = {"ours": "ours", "ours-lowreduce": "ours, reduce in compute dtype", "builtin": "Lightning built-in",
-          "amp": "Lightning MixedPrecision (CPU autocast)", "hand": "hand-written loop",
-          "hand-lowreduce": "hand-written, reduce in compute dtype",
-          BLOCKS: "ours, FSDP2Strategy(auto_wrap_policy={block class})"}  # fmt: skip
-HEADS = {"ours": "ours ms", "builtin": "built-in ms", "amp": "Lightning AMP ms", "hand": "hand-written ms"}
 
 
 def name_of(backend: str, model: str) -> str:
@@ -94,12 +82,8 @@ def analyse(raw: dict[str, Any], variants: dict[str, list[str]]) -> dict[str, An
     for precision, listed in variants.items():
         names = [v for v in listed if f"{precision}|{v}" in raw["wall"]]  # those that ran
         for kind in ("wall", "cpu"):
-            rounds = {v: raw[kind][f"{precision}|{v}"] for v in names}
-            pooled = {v: [t for r in rs for t in r] for v, rs in rounds.items()}
-            ratios = {f"{a}/{b}": report.ratio(pooled[a], pooled[b], rounds[a], rounds[b]) for a, b in PAIRS
-                      if a in names and b in names}  # fmt: skip
-            out.setdefault(precision, {})[kind] = {"step_s": {v: report.summarize(pooled[v]) for v in names},
-                                                   "ratios": ratios}  # fmt: skip
+            step_s, ratios = report.compare({v: raw[kind][f"{precision}|{v}"] for v in names}, PAIRS)
+            out.setdefault(precision, {})[kind] = {"step_s": step_s, "ratios": ratios}
     return out
 
 
@@ -151,7 +135,7 @@ def hooks(backend: str, precisions: list[str], calls: int, blocks: int) -> dict[
     return out
 
 
-def run(quick: bool, machine: dict[str, Any], out: Path, backend: str, model: str = "mlp") -> list[Path]:
+def run(quick: bool, backend: str, model: str = "mlp") -> dict[str, Any]:
     if model == "mlp":
         variants = {"bf16-mixed": MIXED_REAL if backend == "fsdp" else THREE} if quick else VARIANTS[backend]
         task = runs.Task(width=128)
@@ -166,78 +150,8 @@ def run(quick: bool, machine: dict[str, Any], out: Path, backend: str, model: st
     config: dict[str, Any] = {"backend": backend, "model": model, "variants": variants, "task": dict(vars(task)),
                               "parameters": models.parameters(model, task.width, task.depth, task.classes),
                               "rounds": 1 if quick else 8, "steps": steps[0], "warmup": steps[1],
-                              "builtin_skips": skips}  # fmt: skip
-    start = time.perf_counter()
+                              "builtin_skips": skips,
+                              "description": models.describe(model, task.width, task.depth, task.batch)}  # fmt: skip
     raw = runs.in_ranks("bench.overhead:worker", config)
-    results, errors = analyse(raw, variants), raw.get("errors", {})
     hook_results = hooks(backend, list(variants), 200 if quick else 2000, 3 if quick else 15) if model == "mlp" else {}
-    findings = [f"{backend}:{p} {name} ({kind} time) = {report.fmt_ratio(r)}: {r['verdict']} beyond the 95% interval"
-                for p, e in results.items() for kind in ("wall", "cpu") for name, r in e[kind]["ratios"].items()
-                if name.startswith("ours") and r["verdict"] in ("slower", "faster")]  # fmt: skip
-    findings += [f"{backend}:{k.split('|')[0]} {LABELS[k.split('|')[1]]} failed: {e}" for k, e in errors.items()]
-    rows, shown_heads = [], [v for v in SHOWN if any(v in vs for vs in variants.values())]
-    columns = {k: c for k, c in COLUMNS.items() if any(c[1] in e[c[0]]["ratios"] for e in results.values())}
-    for p, e in results.items():
-        ms = [f"{s['median'] * 1e3:.2f} ({s['rel_iqr']:.0%})" if (s := e["wall"]["step_s"].get(v)) else
-              "failed" if f"{p}|{v}" in errors else "-" for v in shown_heads]  # fmt: skip
-        cells = [report.fmt_ratio(e[k]["ratios"][r]) if r in e[k]["ratios"] else "-" for k, r in columns.values()]
-        rows.append([p, *ms, *cells])
-    t = config["task"]
-    setup = "FSDP2 (fully_shard under ModelParallelStrategy)" if backend == "fsdp" else "DeepSpeed ZeRO-2"
-    body = (
-        f"{setup}, 2 processes, gloo, 1 thread each; {models.describe(model, t['width'], t['depth'], t['batch'])} "
-        f"({config['parameters']:,} parameters), AdamW. {config['rounds']} interleaved rounds x {config['steps']} "
-        f"steps per variant ({config['warmup']} warm-up steps of every fit dropped), each rank pinned to a CPU of its "
-        "own. A step is the slowest rank's time "
-        "from one batch's start to the next. Cells: median ms (IQR / median); ratios of medians with a 95% bootstrap "
-        "interval (scipy), then the ratio of 20th percentiles. CPU time leaves out waiting for a CPU or for the other "
-        "rank: the steadier figure on a shared machine. The hand-written loop does the work ours does (autocast and "
-        "a `GradScaler` for `16-mixed`, fp32 reduction for `*-mixed`)."
-        + ("\n\nWhere the built-in does less work than ours on a CPU: "
-           + "; ".join(f"`{p}`: {s}" for p, s in skips.items()) + ". There, ours / built-in compares two different "
-           "computations; ours / Lightning AMP (Lightning's `MixedPrecision` plugin with `device=\"cpu\"`: CPU "
-           "autocast and a `GradScaler` for `16-mixed`, under a user's fp32-reducing `fully_shard` policy) compares "
-           "the same work in the same Lightning loop, and ours / hand-written the same work against plain torch, "
-           "without Lightning's per-step loop." if skips else "")
-        + ("\n\nOurs, FSDP2Strategy block set: ours without `configure_model`, under "
-           "`FSDP2Strategy(auto_wrap_policy={<the decoder's block class>})`, which makes exactly those units plus the "
-           "LightningModule (its step methods gather the embeddings, final norm and head), against the built-in "
-           "sharding the same blocks, then the model, in `configure_model`." if any(BLOCKS in vs for vs in
-                                                                                   variants.values()) else "")
-        + "\n\n" + report.md_table(["precision", *(HEADS[v] for v in shown_heads), *columns], rows)
-        + ("\n\nFits that failed (not run again in later rounds): " + "; ".join(
-            f"`{backend}:{k.split('|')[0]}` {LABELS[k.split('|')[1]]}: `{e}`" for k, e in errors.items())
-           if errors else "")
-    )  # fmt: skip
-    if hook_results:
-        hook_rows = [[p, *(f"{h['us_per_step'][k]['median']:.1f}" for k in ("ours", "builtin")),
-                      f"{report.fmt_ratio(h['ours/builtin'])} ({h['ours/builtin']['verdict']})"]
-                     for p, h in hook_results.items()]  # fmt: skip
-        body += (
-            "\n\n## The plugin's own per-step hooks\n\n`convert_input(batch)`, entering and leaving "
-            "`train_step_context()` and `convert_output(loss)`, called in one process without training, ours and the "
-            "built-in in alternating blocks: microseconds per step.\n\n"
-            + report.md_table(["precision", "ours µs", "built-in µs", "ours / built-in"], hook_rows)
-        )
-
-    def plot(plt: Any) -> Any:
-        shown = [v for v in MIXED if any(v in e["wall"]["step_s"] for e in results.values())]
-        width = 0.8 / len(shown)
-        fig, ax = plt.subplots(figsize=(max(6.5, 1.5 * len(results)), 4.6))
-        for i, v in enumerate(shown):
-            cells = [(j, e["wall"]["step_s"][v]) for j, e in enumerate(results.values()) if v in e["wall"]["step_s"]]
-            lo = [(s["median"] - s["p25"]) * 1e3 for _, s in cells]
-            hi = [(s["p75"] - s["median"]) * 1e3 for _, s in cells]
-            xs = [j + (i - (len(shown) - 1) / 2) * width for j, _ in cells]
-            ax.bar(xs, [s["median"] * 1e3 for _, s in cells], width, yerr=[lo, hi], capsize=2, color=f"C{i}",
-                   label=LABELS[v])  # fmt: skip
-        ax.set_xticks(range(len(results)), list(results))
-        ax.set_ylabel("median step time, ms\n(bars: IQR)")
-        ax.set_title(f"{setup.split(' (')[0]}, {model}")
-        report.legend_below(fig, ax, len(shown))
-        return fig
-
-    title = f"Per-step overhead: {backend}" + ("" if model == "mlp" else f", {model}")
-    return report.write(out, name_of(backend, model), title, body, plot, start, quick=quick, machine=machine,
-                        config=config, results=results, errors=errors, hooks=hook_results,
-                        findings=findings)  # fmt: skip
+    return {"config": config, "results": analyse(raw, variants), "errors": raw.get("errors", {}), "hooks": hook_results}

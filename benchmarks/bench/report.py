@@ -1,4 +1,5 @@
-"""Statistics (numpy, ``scipy.stats.bootstrap``) and the output files: one JSON, one markdown page, one PNG each.
+"""Statistics (numpy, ``scipy.stats.bootstrap``), the machine a result ran on and the result files: ``<name>.json``,
+then its page (``<name>.md``, ``<name>.png``), drawn from that JSON by :mod:`tools.docgen.benchmark_pages`.
 
 Conventions: a *summary* is the median with the 25th/75th percentiles; the *ratio* of A to B is
 median(A) / median(B) with a 95% percentile-bootstrap interval (samples resampled independently, fixed seed) and
@@ -8,13 +9,14 @@ interval is on one side of 1 *and*, for samples taken in interleaved rounds, eve
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -23,10 +25,14 @@ import numpy as np
 from packaging.utils import canonicalize_name
 from scipy import stats
 
-from bench.freshness import MEASURED, ROOT, SCHEMA
+from tools.bench_freshness import MEASURED, ROOT, SCHEMA
+from tools.docgen import benchmark_pages
+from tools.packages import packages
 
 __all__ = ["ROOT", "SCHEMA"]
-VERSIONS = ("torch", "lightning", "deepspeed", "precision-base", "precision-fsdp", "precision-deepspeed")
+DOCS = ROOT / "docs" / "benchmarks"
+VERSIONS = ("torch", "lightning", "deepspeed", *(pkg.dist for pkg in packages().values()))
+"""The distributions whose versions every result records: the frameworks and every package of the package list."""
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
@@ -61,23 +67,13 @@ def ratio(a: Sequence[float], b: Sequence[float], rounds_a: Any = None, rounds_b
     return out
 
 
-def fmt_ratio(r: dict[str, Any]) -> str:
-    return f"{r['ratio']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]; p20 {r['p20']:.3f}"
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    unit, size = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)) if abs(n) >= s), ("B", 0))
-    return f"{n / size:.2f} {unit}" if size else f"{int(n)} B"
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(cell, row)) + " |" for row in rows])
+def compare(rounds: dict[str, list[list[float]]], pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, Any], Any]:
+    """Variants timed in interleaved rounds (variant -> one list of step times per round): each variant's summary
+    over all its rounds, and ``"a/b"``: :func:`ratio` with per-round ratios for each pair of ``pairs`` that both ran."""
+    pooled = {v: [t for r in rs for t in r] for v, rs in rounds.items()}
+    ratios = {f"{a}/{b}": ratio(pooled[a], pooled[b], rounds[a], rounds[b]) for a, b in pairs
+              if a in rounds and b in rounds}  # fmt: skip
+    return {v: summarize(ts) for v, ts in pooled.items()}, ratios
 
 
 def machine_info() -> dict[str, Any]:
@@ -104,55 +100,21 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def legend_below(fig: Any, ax: Any, entries: int, columns: int = 3) -> None:
-    """The axes' legend below the plot, outside it, in up to ``columns`` columns (readable at page width)."""
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(columns, max(entries, 1)), frameon=False)
+def output_options(parser: argparse.ArgumentParser) -> None:
+    """The drivers' ``--out FOLDER`` (default build/benchmarks/) or ``--update-docs`` (:data:`DOCS`)."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=ROOT / "build" / "benchmarks", help="output folder")
+    where.add_argument("--update-docs", action="store_true", help=f"write into {DOCS.relative_to(ROOT)}")
 
 
-def write(
-    out: Path, name: str, title: str, body: str, plot: Callable[[Any], Any], start: float, **data: Any
-) -> list[Path]:
-    """Write ``<name>.json`` (top level: schema, benchmark, duration_s and ``data``: quick, machine, config, results,
-    findings), ``<name>.md`` (``body`` and the
-    machine) and ``<name>.png`` (the figure ``plot(pyplot)`` returns); ``start``: ``perf_counter()`` at the start."""
+def save(out: Path, name: str, start: float, **data: Any) -> list[Path]:
+    """Write ``<name>.json`` (top level: schema, benchmark, duration_s, then ``data``: quick, machine, config,
+    results, ...; then ``findings``), then its page, ``<name>.md`` and ``<name>.png``; ``start``: ``perf_counter()``
+    at the start. Returns the three paths."""
     out.mkdir(parents=True, exist_ok=True)
     data["machine"] = {**data["machine"], "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
     data = {"schema": SCHEMA, "benchmark": name, "duration_s": time.perf_counter() - start, **data}
     clean = json.loads(json.dumps(data), parse_constant=lambda _: None)  # JSON has no NaN/inf: null instead
+    clean["findings"] = benchmark_pages.findings(clean)
     (out / f"{name}.json").write_text(json.dumps(clean, indent=1) + "\n")
-    m = data["machine"]
-    quick = " (quick smoke run: too few samples to quote)" if data.get("quick") else ""
-    facts = [
-        f"CPU: {m['cpu_model']} ({m['usable_cpus']} usable CPUs; flags: {', '.join(m['cpu_flags']) or 'none of note'})",
-        f"memory: {m['memory_total_bytes'] / 2**30:.1f} GiB",
-        "versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v),
-        f"commit {str(m['git_commit'])[:10]}, {m['time_utc']}; load average (1, 5, 15 min) at start "
-        f"{m['load_average_1_5_15']}, at end {m['load_average_at_end']} on {m['usable_cpus']} CPUs",
-        *(
-            [
-                f"uncommitted changes to {len(dirty)} measured file(s) at the start: {', '.join(dirty[:5])}"
-                + (", ... (all in the JSON)" if len(dirty) > 5 else "")
-            ]
-            if (dirty := m.get("uncommitted_measured_files"))
-            else []
-        ),
-        f"command: `{m['command']}`; duration {data['duration_s']:.0f} s",
-    ]
-    findings = "".join(f"\n- {f}" for f in data.get("findings", []))
-    (out / f"{name}.md").write_text(
-        f"# {title}\n\n{body.strip()}\n{findings}\n\n![{title}]({name}.png)\n\n## Machine{quick}\n\n"
-        + "\n".join(f"- {f}" for f in facts)
-        + "\n"
-    )
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    # figures at most ~8 in wide, shown at the page's ~800 px width: text stays at 11-13 pt there
-    with plt.rc_context({"font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 11,
-                         "xtick.labelsize": 11, "ytick.labelsize": 11}):  # fmt: skip
-        fig = plot(plt)
-        fig.savefig(out / f"{name}.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return [out / f"{name}.{ext}" for ext in ("json", "md", "png")]
+    return [out / f"{name}.json", *benchmark_pages.write(out, name)]

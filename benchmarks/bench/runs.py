@@ -99,18 +99,6 @@ def loader(task: Task, steps: int) -> torch.utils.data.DataLoader[Any]:
     return torch.utils.data.DataLoader(data, batch_size=task.batch, sampler=sampler)
 
 
-def backward_and_step(loss: torch.Tensor, opt: Any, scaler: Any, before_step: Any = None) -> None:
-    """A hand-written loop's backward and optimizer step through a ``GradScaler`` (``enabled=False`` for all but fp16:
-    then it passes everything through), gradients unscaled before ``before_step()`` (e.g. a measurement)."""
-    scaler.scale(loss).backward()
-    scaler.unscale_(opt)
-    if before_step is not None:
-        before_step()
-    scaler.step(opt)
-    scaler.update()
-    opt.zero_grad(set_to_none=True)
-
-
 def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Cross-entropy in fp32 over the last dimension of ``out`` (classes or vocabulary), targets int64."""
     return torch.nn.functional.cross_entropy(out.float().flatten(0, -2), y.flatten())
@@ -286,7 +274,7 @@ def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str,
     for module in [*net.blocks, net]:
         fully_shard(module, mesh=mesh, mp_policy=policy if module is net else inner)
     opt = torch.optim.AdamW(net.parameters(), lr=task.lr)
-    scaler = torch.amp.GradScaler("cpu", enabled=precision == "16-mixed")
+    scaler = torch.amp.GradScaler("cpu", enabled=precision == "16-mixed")  # passes everything through when disabled
     clock, losses = Clock(), []
     for x, y in loader(task, warmup + steps):
         clock.tick()
@@ -294,7 +282,13 @@ def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str,
             out = net(cast_input(x, storage))
         loss = loss_fn(out, y)
         losses.append(float(loss.detach()))
-        backward_and_step(loss, opt, scaler, None if on_step is None else lambda: on_step(net, opt))
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        if on_step is not None:  # e.g. a measurement, on unscaled gradients
+            on_step(net, opt)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
     clock.tick()
     return clock.result(warmup, losses=losses, module=net)
 

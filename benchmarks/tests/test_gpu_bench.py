@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import gpu_bench
-from bench import index, report
+from bench import report, runs
 from precision_testsupport.launch import run_ranks
 from precision_testsupport.models import TinyGPT
+from tools.docgen import benchmark_index
 
 TINY = {"vocab": 32, "d_model": 16, "layers": 2, "heads": 2, "seq": 8, "batch": 2}
 HERE = Path(__file__).resolve()
@@ -72,7 +73,7 @@ def test_measure_times_every_step_after_warmup_on_a_tiny_model() -> None:
         losses = []
         for batch in data:
             tick()
-            loss = gpu_bench._loss(net(batch[:, :-1]), batch)
+            loss = runs.loss_fn(net(batch[:, :-1]), batch[:, 1:])
             loss.backward()
             opt.step()
             opt.zero_grad()
@@ -123,7 +124,7 @@ def _records() -> list[dict[str, Any]]:
 
 
 def test_report_and_index_from_journal_records(tmp_path: Path) -> None:
-    index.write(tmp_path)
+    benchmark_index.write(tmp_path)
     assert "## GPU\n\nNot run yet" in (tmp_path / "index.md").read_text()
     args = gpu_bench.parse(["--out", str(tmp_path)])
     p = gpu_bench.plan(args)

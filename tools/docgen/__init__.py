@@ -9,6 +9,8 @@ so a page reads the same on GitHub and on the site; ``python -m tools.docgen`` r
 * :mod:`tools.docgen.zoo` - the model zoo's results (``docs/zoo.json``);
 * :mod:`tools.docgen.audit` - the recorded precision audits (``docs/audit.json``);
 * :mod:`tools.docgen.benchmarks` - the benchmarks summary's charts and findings (``docs/benchmarks/*.json``);
+* :mod:`tools.docgen.benchmark_pages` and :mod:`tools.docgen.benchmark_index` - each benchmark result's page, and
+  ``docs/benchmarks/index.md`` and ``analysis.md``, from the results' JSON (written by ``benchmarks/run.py``);
 * :mod:`tools.docgen.reference` - the API reference pages and their navigation (a mkdocs-gen-files script);
 * the compatibility data has its one renderer in :mod:`tools.compat`.
 """

@@ -3,7 +3,7 @@ result file's ``findings``, written by the benchmark from its numbers), ahead of
 
 docs/benchmarks/index.md is written by ``benchmarks/run.py --update-docs``; the site's copy gets this section
 after its title (``on_site`` runs in the mkdocs-gen-files script, tools/docgen/site.py). That section also says,
-at the time the site is built, which results are stale (``bench.freshness``): a stale result stays on the page,
+at the time the site is built, which results are stale (:mod:`tools.bench_freshness`): a stale result stays on the page,
 marked "stale since <commit>"."""
 
 from __future__ import annotations
@@ -11,14 +11,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
+from tools import bench_freshness as freshness  # standard library and git only
 from tools.docgen import ROOT, md_escape
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench import freshness  # standard library and git only
 
 BENCHMARKS = {
     "overhead-fsdp": "Step time, FSDP2: ours against Lightning's built-in and a hand-written loop",

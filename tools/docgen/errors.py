@@ -87,8 +87,8 @@ def _env(name: str, value: str) -> Iterator[None]:
 
 def registry_errors() -> str:
     from precision_base import PluginInfo
-    from precision_base.discovery import DISABLE_ENV_VAR
     from precision_base.registry import Registry, default_registry
+    from precision_base.registry.discovery import DISABLE_ENV_VAR
 
     def registry(info: PluginInfo, dist: str, version: str) -> Registry:
         reg = Registry(group="precision_base.docs_examples_no_such_group")

@@ -1,5 +1,5 @@
-"""When a committed benchmark result is stale (benchmarks/bench/freshness.py): written by another harness schema, or at
-a commit older than the last change to the code it measures. Staleness warns where a contributor works (CI's
+"""When a committed benchmark result is stale (tools/bench_freshness.py): written by another harness schema, or at a
+commit older than the last change to the code it measures. Staleness warns where a contributor works (CI's
 ``tools`` session runs the script without ``--check``) and fails where results are published (``--check``: ``nox -s
 bench -- --check`` and the release workflow). Shown in a scratch git repository and on this repository with a result
 that records an old commit."""
@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tools import bench_freshness as freshness
 from tools.packages import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench import freshness
 
 DOCS = ROOT / "docs" / "benchmarks"
 
@@ -54,15 +52,15 @@ def repo(tmp_path: Path) -> Path:
 
 def _script(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The freshness script as a contributor runs it, from the scratch repository's own copy."""
-    script = repo / "benchmarks" / "bench" / "freshness.py"
+    script = repo / "tools" / "bench_freshness.py"
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, check=False)
 
 
 def test_a_stale_result_warns_in_ci_and_fails_the_publishing_check(repo: Path) -> None:
-    script = repo / "benchmarks" / "bench" / "freshness.py"
+    script = repo / "tools" / "bench_freshness.py"
     script.parent.mkdir(parents=True)
-    shutil.copy(ROOT / "benchmarks" / "bench" / "freshness.py", script)
-    _commit(repo, "benchmarks/bench/freshness.py", script.read_text())
+    shutil.copy(ROOT / "tools" / "bench_freshness.py", script)
+    _commit(repo, "tools/bench_freshness.py", script.read_text())
     measured_at = _git(repo, "rev-parse", "HEAD")
     _result(repo / "docs" / "benchmarks", "overhead-fsdp", measured_at)
     _commit(repo, "docs/benchmarks/overhead-fsdp.json", (repo / "docs/benchmarks/overhead-fsdp.json").read_text())
@@ -94,7 +92,7 @@ def test_a_result_older_than_the_measured_code_fails_with_the_refresh_command(re
     result = _result(repo / "docs", "overhead-fsdp", measured_at)
     assert freshness.check_result(result, repo) is None
     _commit(repo, "README.md", "docs only\n")  # not measured code: still current
-    _commit(repo, "benchmarks/bench/index.py", "page generator\n")  # excluded: generates pages only
+    _commit(repo, "tools/docgen/benchmark_pages.py", "page generator\n")  # outside benchmarks/: pages only
     assert freshness.check_result(result, repo) is None
     last = _commit(repo, "packages/precision-fsdp/src/precision_fsdp/plugin.py", "v2\n")
     problem = freshness.check_result(result, repo)

@@ -49,7 +49,7 @@ def test_a_plugin_change_runs_only_that_plugin_and_the_shared_checks() -> None:
 
 
 def test_a_base_change_runs_every_packages_ci_cell() -> None:
-    chosen = select(SESSIONS, ["packages/precision-base/src/precision_base/registry.py"], full=False)
+    chosen = select(SESSIONS, ["packages/precision-base/src/precision_base/registry/__init__.py"], full=False)
     assert [c for c in chosen if c.startswith("tests-")] == [
         "tests-precision_base(torch='2.13', lightning='2.6')",
         "tests-precision_fsdp(torch='2.13', lightning='2.6')",

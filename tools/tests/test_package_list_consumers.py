@@ -17,11 +17,11 @@ def _backends() -> dict[str, str]:
 
 
 def test_the_registrys_published_distributions_are_the_package_lists_backends() -> None:
-    from precision_base.statuses import PUBLISHED_DISTRIBUTIONS
+    from precision_base.registry.statuses import PUBLISHED_DISTRIBUTIONS
 
     assert _backends() == PUBLISHED_DISTRIBUTIONS, (
-        "precision_base.statuses.PUBLISHED_DISTRIBUTIONS differs from the backends of [tool.precision-plugins] "
-        "in pyproject.toml: change both"
+        "precision_base.registry.statuses.PUBLISHED_DISTRIBUTIONS differs from the backends of "
+        "[tool.precision-plugins] in pyproject.toml: change both"
     )
 
 

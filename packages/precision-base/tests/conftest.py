@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_base.discovery import DISABLE_ENV_VAR
+from precision_base.registry.discovery import DISABLE_ENV_VAR
 from precision_testsupport.sites import PluginSite
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from precision_base import cli, registry
-from precision_base.discovery import DISABLE_ENV_VAR
+from precision_base.registry.discovery import DISABLE_ENV_VAR
 from precision_testsupport.sites import PluginSite, add_distribution
 
 SKIPPED_VALIDATION = (

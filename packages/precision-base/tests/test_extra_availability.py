@@ -10,8 +10,8 @@ from typing import Optional
 import pytest
 
 from precision_base import InvalidSpecError, PluginInfo
+from precision_base.registry.statuses import install_command
 from precision_base.spec import parse_spec
-from precision_base.statuses import install_command
 
 
 class _Dist:

@@ -12,10 +12,10 @@ pytest.importorskip("lightning.fabric")
 pytest.importorskip("lightning.pytorch")
 
 import precision_base
-from precision_base.discovery import DISABLE_ENV_VAR
 from precision_base.doors import fabric
 from precision_base.doors.fabric import resolve_fabric
 from precision_base.errors import FabricNotSupportedError, PluginLoadError, PrecisionPluginError
+from precision_base.registry.discovery import DISABLE_ENV_VAR
 
 
 def _listed_specs() -> list[str]:

@@ -21,9 +21,9 @@ from precision_base import (
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
-from precision_base.discovery import DISABLE_ENV_VAR
 from precision_base.errors import PrecisionPluginWarning
 from precision_base.registry import Registry
+from precision_base.registry.discovery import DISABLE_ENV_VAR
 
 EMPTY_GROUP = "precision_base.tests.no_such_group"
 

@@ -18,9 +18,9 @@ from precision_base import (
     PluginLoadError,
     PluginRequirementError,
 )
-from precision_base.discovery import DISABLE_ENV_VAR
 from precision_base.errors import InvalidPluginInfoError, PrecisionPluginWarning, RegistrationError
 from precision_base.registry import Registry
+from precision_base.registry.discovery import DISABLE_ENV_VAR
 from precision_testsupport.sites import PluginSite as Site
 from precision_testsupport.sites import add_distribution
 

@@ -78,7 +78,7 @@ def test_without_torchao_it_is_an_install_hint() -> None:
         "        print(type(e).__name__, e)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    from precision_base.statuses import install_command
+    from precision_base.registry.statuses import install_command
 
     line = install_command("precision-fsdp", "fp8")  # for where this copy came from (issue 21): checkout or index
     assert line.startswith("pip install ")

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from precision_base.__about__ import __version__
 from precision_base.contract import CONTRACT_VERSION, DtypeTable, PluginInfo, PrecisionPlugin
-from precision_base.discovery import ENTRY_POINT_GROUP
 from precision_base.errors import (
     BackendDisabledError,
     ContractVersionError,
@@ -52,8 +51,9 @@ from precision_base.registry import (
     resolve,
     unregister,
 )
+from precision_base.registry.discovery import ENTRY_POINT_GROUP
+from precision_base.registry.statuses import PluginEntry
 from precision_base.spec import PRECISIONS, PluginSpec, normalize_precision, parse_spec
-from precision_base.statuses import PluginEntry
 
 if TYPE_CHECKING:
     from precision_base.audit import PrecisionAudit, audit_fabric_steps

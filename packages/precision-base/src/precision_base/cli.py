@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from precision_base.__about__ import __version__
-from precision_base.discovery import DISABLE_ENV_VAR, ENTRY_POINT_GROUP, IN_PROCESS
 from precision_base.errors import PluginRequirementError, PrecisionPluginError
 from precision_base.registry import default_registry, get_entry, list_plugins, resolve
-from precision_base.statuses import PluginEntry, broken_extras
+from precision_base.registry.discovery import DISABLE_ENV_VAR, ENTRY_POINT_GROUP, IN_PROCESS
+from precision_base.registry.statuses import PluginEntry, broken_extras
 
 ACCEPTED = ("ok", "disabled")
 """Statuses that do not make ``list`` or ``doctor`` exit non-zero."""

@@ -18,7 +18,7 @@ HEAVY_MODULES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", 
 
 _SCRIPT = """
 import importlib, json, sys
-from precision_base.loading import load_object
+from precision_base.registry.loading import load_object
 
 heavy = sys.argv[3].split(",")
 result = {"info": [], "package": [], "error": ""}

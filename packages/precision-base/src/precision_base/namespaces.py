@@ -98,7 +98,7 @@ def _counterpart(base: type, namespace: str) -> type:
         # not a Lightning class itself: rebuild it too if Lightning classes sit under it, else keep it
         has_lightning = any(_translated_module(k.__module__, namespace) is not None for k in base.__mro__)
         return for_namespace(base, namespace) if has_lightning else base
-    from precision_base.loading import load_class
+    from precision_base.registry.loading import load_class
 
     try:
         obj: Any = load_class(f"{target_module}:{base.__qualname__}")

@@ -203,7 +203,7 @@ def recommend(facts: MachineFacts) -> Recommendation:
     if backend is None:
         reasons = [_device_line(facts), precision_line]
         if not facts.backends:
-            from precision_base.statuses import PUBLISHED_DISTRIBUTIONS
+            from precision_base.registry.statuses import PUBLISHED_DISTRIBUTIONS
 
             names = " (or ".join(PUBLISHED_DISTRIBUTIONS.values()) + ")" * (len(PUBLISHED_DISTRIBUTIONS) - 1)
             reasons.append(f"backend: none installed that can be used; pip install {names}")

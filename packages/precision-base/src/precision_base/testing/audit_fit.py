@@ -20,7 +20,7 @@ import torch
 import precision_base
 from precision_base.audit.callback import PrecisionAudit
 from precision_base.errors import PrecisionAuditError, PrecisionPluginError
-from precision_base.loading import load_class
+from precision_base.registry.loading import load_class
 from precision_base.testing.ranks import world_size
 
 _QUIET: dict[str, Any] = dict(

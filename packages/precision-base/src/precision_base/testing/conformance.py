@@ -15,9 +15,9 @@ import pytest
 
 from precision_base.contract import CONTRACT_VERSION, DtypeTable, PluginInfo, PrecisionPlugin
 from precision_base.errors import InvalidSpecError, UnsupportedPrecisionError
-from precision_base.loading import load_class
-from precision_base.plugin_classes import lightning_before_mixin
 from precision_base.registry import default_registry, get_entry, resolve
+from precision_base.registry.classes import lightning_before_mixin
+from precision_base.registry.loading import load_class
 from precision_base.spec import MIXED_PRECISIONS, PRECISIONS
 
 PRECISION_DTYPE: dict[str, str] = {

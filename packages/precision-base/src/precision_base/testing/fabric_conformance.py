@@ -25,9 +25,9 @@ from precision_base.contract import PrecisionPlugin
 from precision_base.doors import door_of
 from precision_base.doors.fabric import fabric_class, resolve_fabric
 from precision_base.errors import WrongDoorError
-from precision_base.loading import load_class
-from precision_base.plugin_classes import lightning_before_mixin
 from precision_base.registry import get_entry, resolve
+from precision_base.registry.classes import lightning_before_mixin
+from precision_base.registry.loading import load_class
 from precision_base.testing.conformance import ConformanceChecks
 
 

@@ -66,7 +66,6 @@ from precision_fsdp._compat.torch_fsdp import (
     local_tensor,
     policy_reduce_dtype,
     scaler_device,
-    set_forward_input_cast,
     set_fsdp2_policy,
     sharded_grad_scaler_class,
 )
@@ -117,7 +116,6 @@ __all__ = [
     "route_throughput_compute_dtype",
     "scaler_device",
     "set_data_parallel_size",
-    "set_forward_input_cast",
     "set_fsdp2_policy",
     "set_lightning_input_dtype",
     "sharded_grad_scaler_class",

@@ -5,7 +5,6 @@ See `precision_fsdp._compat` for the rules; `FENCED` lists this module's entries
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from typing import Any, Final, Optional
 
@@ -143,19 +142,6 @@ def set_fsdp2_policy(module: Any, policy: MixedPrecisionPolicy) -> None:
     group._init_mp_dtypes()
 
 
-def set_forward_input_cast(module: Any, cast: bool) -> None:
-    """Make the FSDP2-sharded ``module`` cast (or not) its floating forward inputs to its ``param_dtype`` from its
-    next forward on; the rest of its policy is kept. Only the state's copy is read for that cast."""
-    state = module._get_fsdp_state()
-    policy = state._mp_policy
-    state._mp_policy = dataclasses.replace(policy, cast_forward_inputs=cast)
-    group = state._fsdp_param_group
-    if group is not None:
-        group.mp_policy = state._mp_policy
-        for param in group.fsdp_params:
-            param.mp_policy = state._mp_policy
-
-
 # -- the entries the compat test walks ----------------------------------------------------------------------------
 def _check_fsdp2() -> Optional[str]:
     return missing_params(fully_shard, "module", "mesh", "mp_policy", "reshard_after_forward")
@@ -241,7 +227,7 @@ FENCED: Final[tuple[Fenced, ...]] = (
     Fenced(
         "torch.distributed.fsdp._fully_shard",
         ", ".join(FSDP2_POLICY_ATTRS),
-        why="precision schedules: set_fsdp2_policy; inner units' input casts: set_forward_input_cast",
+        why="precision schedules and inner units' input casts: set_fsdp2_policy",
         check=_check_fsdp2_policy_attrs,
     ),
 )
@@ -264,7 +250,6 @@ __all__ = [
     "local_tensor",
     "policy_reduce_dtype",
     "scaler_device",
-    "set_forward_input_cast",
     "set_fsdp2_policy",
     "sharded_grad_scaler_class",
 ]

@@ -54,8 +54,8 @@ where this copy came from."""
 
 def install_hint() -> str:
     """The command that brings torchao for this installation of precision-fsdp (a checkout, a wheel or an index:
-    [`precision_base.statuses.install_command`][] reads it from the distribution's ``direct_url.json``)."""
-    from precision_base.statuses import install_command
+    [`precision_base.registry.statuses.install_command`][] reads it from the distribution's ``direct_url.json``)."""
+    from precision_base.registry.statuses import install_command
 
     return f"{install_command('precision-fsdp', 'fp8')} (it brings torchao)"
 
@@ -104,7 +104,7 @@ def torchao_float8(spec: str) -> Any:
         Float8UnavailableError: torchao is not installed (the message is the install hint), or it is installed but
             ``torchao.float8`` fails to import (the error and the torch and torchao versions; no install hint).
     """
-    from precision_base.requirements import installed_version
+    from precision_base.registry.requirements import installed_version
 
     try:
         import torchao.float8 as float8

@@ -152,9 +152,9 @@ class ModelShardingMixin(PrecisionPlugin):
             if is_kept(inner) or is_nested_unit(inner) or _compat.fsdp2_policy(inner) != ours:
                 continue
             setattr(inner, NESTED_UNIT_MARK, True)
-            cast = self._plan.fsdp2_policy(nested=True).cast_forward_inputs
-            if cast != ours.cast_forward_inputs:
-                _compat.set_forward_input_cast(inner, cast)
+            nested = self._plan.fsdp2_policy(nested=True)
+            if nested != ours:
+                _compat.set_fsdp2_policy(inner, nested)
 
     def _kept_modules(self, root: torch.nn.Module) -> Iterator[torch.nn.Module]:
         """The ``keep_fp32`` modules of ``root`` (lazily: walked only when a feature asks; keep_fp32 wins over fp8)."""

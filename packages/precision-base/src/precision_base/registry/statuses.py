@@ -1,11 +1,10 @@
-"""A backend's status, as a function of what discovery found ([`precision_base.discovery`][]).
+"""A backend's status, as a function of what discovery found ([`precision_base.registry.discovery`][]).
 
-[`entry_before_info`][precision_base.statuses.entry_before_info] answers from metadata alone (disabled, conflict,
-damaged metadata, unofficial); only when
-it has no answer is the info module run, and [`entry_after_info`][precision_base.statuses.entry_after_info] answers from
-the result (broken, incompatible
-contract, requirement missing, ok). Both only read the candidates (and, for requirements, the installed versions):
-they change nothing, so the registry decides when plugin code runs.
+[`entry_before_info`][precision_base.registry.statuses.entry_before_info] answers from metadata alone (disabled,
+conflict, damaged metadata, unofficial); only when it has no answer is the info module run, and
+[`entry_after_info`][precision_base.registry.statuses.entry_after_info] answers from the result (broken,
+incompatible contract, requirement missing, ok). Both only read the candidates (and, for requirements, the installed
+versions): they change nothing, so the registry decides when plugin code runs.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from precision_base.__about__ import __version__
 from precision_base.contract import CONTRACT_VERSION, PluginInfo
-from precision_base.discovery import DISABLE_ENV_VAR, IN_PROCESS, INSTALLED, Candidate, canonical_dist
 from precision_base.errors import (
     ContractVersionError,
     DuplicateBackendError,
@@ -29,7 +27,8 @@ from precision_base.errors import (
     UnsupportedPrecisionError,
     shorten,
 )
-from precision_base.requirements import installed_version, unmet_requirements
+from precision_base.registry.discovery import DISABLE_ENV_VAR, IN_PROCESS, INSTALLED, Candidate, canonical_dist
+from precision_base.registry.requirements import installed_version, unmet_requirements
 from precision_base.spec import PRECISIONS
 
 if TYPE_CHECKING:
@@ -42,17 +41,16 @@ The same pairs as the ``backend`` entries of the package list (``[tool.precision
 ``pyproject.toml``); ``tools/tests/test_package_list_consumers.py`` checks that they agree."""
 
 STATUSES = ("ok", "disabled", "conflict", "broken", "unofficial", "incompatible contract", "requirement missing")
-"""Every status a [`PluginEntry`][precision_base.statuses.PluginEntry] can have."""
+"""Every status a [`PluginEntry`][precision_base.registry.statuses.PluginEntry] can have."""
 
 
 @dataclass(frozen=True)
 class PluginEntry:
     """One registered backend as discovery sees it.
 
-    ``status`` is one of [`STATUSES`][precision_base.statuses.STATUSES]; ``reason`` explains any status but ``"ok"``.
-    ``origin`` is
-    ``"installed"`` (found through an entry point) or ``"<in-process>"`` (registered by code in this process:
-    ``distribution`` and ``version`` are then only the labels that code gave).
+    ``status`` is one of [`STATUSES`][precision_base.registry.statuses.STATUSES]; ``reason`` explains any status but
+    ``"ok"``. ``origin`` is ``"installed"`` (found through an entry point) or ``"<in-process>"`` (registered by code
+    in this process: ``distribution`` and ``version`` are then only the labels that code gave).
     """
 
     backend: str
@@ -217,7 +215,7 @@ def check_precision(entry: PluginEntry, precision: str) -> None:
         UnsupportedPrecisionError: the backend does not offer it (with the closest name it offers, if any).
         PluginRequirementError: an extra precision whose optional extra is not installed (with the install line),
             or is installed but broken (the import error and the versions:
-            [`broken_extra`][precision_base.statuses.broken_extra]).
+            [`broken_extra`][precision_base.registry.statuses.broken_extra]).
     """
     assert entry.info is not None
     offered = entry.info.all_precisions
@@ -259,7 +257,8 @@ def broken_extra(entry: PluginEntry, precision: str) -> Optional[str]:
 
 def broken_extras(entry: PluginEntry) -> tuple[tuple[str, str], ...]:
     """``(precision, why)`` for each extra precision of ``entry`` that is installed but broken
-    ([`broken_extra`][precision_base.statuses.broken_extra]); imports the extras' modules (``list``, ``doctor``)."""
+    ([`broken_extra`][precision_base.registry.statuses.broken_extra]); imports the extras' modules (``list``,
+    ``doctor``)."""
     return tuple((p, why) for p in entry.extra_precisions if (why := broken_extra(entry, p)) is not None)
 
 

@@ -1,12 +1,12 @@
 """Discovery: what the ``precision_base.plugins`` entry points say, read from distribution metadata only.
 
-[`discover`][precision_base.discovery.discover] reads every distribution's entry points, ``Name`` and ``Version`` and
-returns one
-[`Candidate`][precision_base.discovery.Candidate] per (distribution, backend); it runs no plugin code.
-[`InfoLoader`][precision_base.discovery.InfoLoader] then runs a candidate's
-info module (through [`precision_base.loading.load_object`][]), once however many threads ask, with no registry
-lock held while it runs. What a candidate's status is follows from what was found here ([`precision_base.statuses`][]);
-[`precision_base.registry.Registry`][] keeps the tables.
+[`discover`][precision_base.registry.discovery.discover] reads every distribution's entry points, ``Name`` and
+``Version`` and returns one
+[`Candidate`][precision_base.registry.discovery.Candidate] per (distribution, backend); it runs no plugin code.
+[`InfoLoader`][precision_base.registry.discovery.InfoLoader] then runs a candidate's
+info module (through [`precision_base.registry.loading.load_object`][]), once however many threads ask, with no
+registry lock held while it runs. What a candidate's status is follows from what was found here
+([`precision_base.registry.statuses`][]); [`precision_base.registry.Registry`][] keeps the tables.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def exc_detail(exc: BaseException) -> str:
 
 def _run_info_module(candidate: Candidate) -> None:
     """Run ``candidate``'s info module and validate its object; no registry lock is held here."""
-    from precision_base.loading import load_object
+    from precision_base.registry.loading import load_object
 
     ep = candidate.entry_point
     assert ep is not None

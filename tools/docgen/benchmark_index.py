@@ -1,6 +1,7 @@
 """``index.md`` and ``analysis.md`` of a results folder, generated from the ``*.json`` results found there: every number
 and every verdict on these pages comes from the JSON (nothing is hand-written), and each result's freshness against
-the code it measured (:mod:`bench.freshness`) is stated."""
+the code it measured (:mod:`tools.bench_freshness`) is stated. ``benchmarks/run.py`` and ``benchmarks/gpu_bench.py``
+write them after their results (:func:`write`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import freshness
-from bench.freshness import SCHEMA
-from bench.report import fmt_bytes, fmt_ratio, md_table
+from tools import bench_freshness as freshness
+from tools.bench_freshness import SCHEMA
+from tools.docgen.benchmark_pages import fmt_bytes, fmt_ratio, md_table
+from tools.packages import find
 
 OVERHEAD = {f"overhead-{b}" + ("" if m == "mlp" else f"-{m}"): (b, m) for m in ("mlp", "llama", "resnet")
             for b in ("fsdp", "deepspeed")}  # fmt: skip
@@ -25,7 +27,8 @@ DECODER_LABELS = {
     "llama": "Decoder (tiny Llama: embedding and lm_head 29% of its parameters)",
     "llama-prop": "Decoder with TinyLlama-1.1B's proportions (embedding and lm_head 11.9%)",
 }
-INTRO = """# Benchmarks
+DS = find("deepspeed").dist  # the package list names it
+INTRO = f"""# Benchmarks
 
 Our precision plugins measured side by side with Lightning's built-in plugins and with a hand-written torch loop
 doing the same casts, autocast and loss scaling (the floor), on a residual MLP and on two real architectures built
@@ -48,7 +51,7 @@ fp32-reducing `fully_shard` policy, does the same work as ours inside the same L
 has no Lightning loop around it: Lightning's training loop, for one, broadcasts a SIGTERM flag from rank 0 at every
 step (`_TrainingEpochLoop._broadcast_sigterm_tensor`), a collective the hand-written loop does not run, so "ours vs
 hand-written" includes Lightning's own per-step cost and "Lightning AMP vs hand-written" shows that cost alone.
-Lightning's own `DeepSpeedStrategy` refuses the CPU, so both DeepSpeed Lightning variants run on precision-deepspeed's
+Lightning's own `DeepSpeedStrategy` refuses the CPU, so both DeepSpeed Lightning variants run on {DS}'s
 `DeepSpeedCPUStrategy`.
 """
 
@@ -277,7 +280,7 @@ def analysis(found: dict[str, Any], dropped: list[str]) -> str:
     cpus = {d["machine"]["usable_cpus"] for d in found.values()}
     parts = [
         "# Reading the results\n",
-        "Generated from the JSON results in this folder by `benchmarks/bench/index.py`: every number and verdict "
+        "Generated from the JSON results in this folder by `tools/docgen/benchmark_index.py`: every number and verdict "
         "below is computed from them. A ratio is called slower or faster only when its whole 95% interval is on one "
         "side of 1 and every interleaved round agrees; otherwise it is the same within the spread.\n",
     ]

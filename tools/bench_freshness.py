@@ -4,17 +4,17 @@ torch or numpy).
 A result is current when (1) its ``schema`` is :data:`SCHEMA`, the version of the harness that writes results now,
 and (2) the commit it records (``machine.git_commit``) contains the last commit that changed the code it measures:
 the plugins' ``src/`` folders and the harness that ran it (:func:`measured`: the shared harness modules, the
-benchmark's own module and its driver, ``benchmarks/run.py`` or ``benchmarks/gpu_bench.py``; the page generator and
-this module are left out, they change no measured number). A result from a commit git does
-not know, or from a shallow clone, cannot be shown current and counts as a problem. GPU results
+benchmark's own module and its driver, ``benchmarks/run.py`` or ``benchmarks/gpu_bench.py``; the page generators in
+tools/docgen/ and this module are outside benchmarks/, they change no measured number). A result from a commit git
+does not know, or from a shallow clone, cannot be shown current and counts as a problem. GPU results
 (:data:`NEEDS_GPU`) are checked the same way, but a stale one is a warning, not a failure: no CI machine here can
 refresh it.
 
 Staleness is information where a contributor works and a failure where results are published:
 
-    python benchmarks/bench/freshness.py [folder]            # one warning line per stale result; exit 0 (CI)
-    python benchmarks/bench/freshness.py --check [folder]    # exit 1 on a stale CPU result (nox -s bench -- --check,
-                                                             # the release workflow)
+    python tools/bench_freshness.py [folder]            # one warning line per stale result; exit 0 (CI)
+    python tools/bench_freshness.py --check [folder]    # exit 1 on a stale CPU result (nox -s bench -- --check,
+                                                        # the release workflow)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = "precision-plugins-bench/4"
 """Written into every result; raise it when a result's layout or the meaning of a measured figure changes."""
 PACKAGE_SOURCES = ":(glob)packages/*/src/**"
@@ -36,8 +36,6 @@ MEASURED = (
     "benchmarks/run.py",
     "benchmarks/gpu_bench.py",
     "benchmarks/bench",
-    ":(exclude)benchmarks/bench/index.py",
-    ":(exclude)benchmarks/bench/freshness.py",
 )
 """git pathspecs of the code any result measures (each result: :func:`measured`)."""
 NEEDS_GPU = ("gpu",)
@@ -59,7 +57,7 @@ OWN = {"memory": ("memory.py",), "memory-real": ("memory_real.py", "memory.py"),
 def measured(benchmark: str) -> tuple[str, ...]:
     """The pathspecs of the code ``benchmark`` measures: :data:`SHARED`, its own modules and its driver
     (``benchmarks/run.py``, or ``benchmarks/gpu_bench.py`` for the GPU result); for a benchmark not listed, every
-    module under ``benchmarks/bench/`` but the page generator and this module."""
+    module under ``benchmarks/bench/``."""
     if benchmark in NEEDS_GPU:
         return (*SHARED, "benchmarks/gpu_bench.py")
     own = ("overhead.py",) if benchmark.startswith("overhead-") else OWN.get(benchmark)

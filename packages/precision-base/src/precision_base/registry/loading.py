@@ -14,10 +14,13 @@ package, and executed as a module of its own. Exceptions:
 The module run this way is not added to ``sys.modules``: if plugin code later imports the same info module, Python
 runs it again under its own name (an info module is plain data, so both copies are equal).
 
-[`load_class`][precision_base.loading.load_class] imports a ``"module:QualName"`` reference the normal way
+[`load_class`][precision_base.registry.loading.load_class] imports a ``"module:QualName"`` reference the normal way
 (`pkgutil.resolve_name`).
-This module sits below every other module of precision-base that names a plugin (it imports none of them);
-[`precision_base.plugin_classes`][] loads and checks a backend's class for a door on top of it.
+This module sits below every other module of precision-base that names a plugin (it imports none of them, only the
+standard library): the registry's parts, [`precision_base.namespaces`][], the import check and the conformance kits
+use it; [`precision_base.registry.classes`][] loads and checks a backend's class for a door on top of it. Importing
+it runs ``precision_base``'s ``__init__`` (and so the registry's facade) first, as importing any module of
+precision-base always has.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def info_module(name: str) -> ModuleType:
 
 def load_object(module_name: str, attribute: str) -> Any:
     """The object ``module_name:attribute`` (dotted attribute path), its module run by
-    [`info_module`][precision_base.loading.info_module]."""
+    [`info_module`][precision_base.registry.loading.info_module]."""
     obj: Any = info_module(module_name)
     for part in attribute.split("."):
         obj = getattr(obj, part)

@@ -1,12 +1,12 @@
 """Loading a backend's plugin class for a door, and checking it is one: the registry's class lookup.
 
-[`load_plugin_class`][precision_base.plugin_classes.load_plugin_class] imports the class a ``PluginInfo`` names (through
-[`precision_base.loading.load_class`][])
+[`load_plugin_class`][precision_base.registry.classes.load_plugin_class] imports the class a ``PluginInfo`` names
+(through [`precision_base.registry.loading.load_class`][])
 and turns any failure into [`PluginLoadError`][precision_base.errors.PluginLoadError], naming the plugin;
-[`check_plugin_class`][precision_base.plugin_classes.check_plugin_class] refuses a class that is no
+[`check_plugin_class`][precision_base.registry.classes.check_plugin_class] refuses a class that is no
 [`PrecisionPlugin`][precision_base.PrecisionPlugin] for the door, or that
 lists a Lightning class before the mixin. It sits above the contract, the namespaces and discovery, and below the
-registry and the doors (it imports neither).
+registry's facade ([`precision_base.registry`][]) and the doors (it imports neither).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from precision_base.contract import PrecisionPlugin
-from precision_base.discovery import exc_detail
 from precision_base.door_table import Door
 from precision_base.errors import InvalidPluginInfoError, PluginLoadError, PrecisionPluginError
-from precision_base.loading import load_class
 from precision_base.namespaces import FABRIC_NAMESPACES, namespace_of
+from precision_base.registry.discovery import exc_detail
+from precision_base.registry.loading import load_class
 
 if TYPE_CHECKING:
-    from precision_base.statuses import PluginEntry
+    from precision_base.registry.statuses import PluginEntry
 
 _LIGHTNING_ROOTS = ("lightning", "pytorch_lightning", "lightning_fabric")
 

@@ -1,5 +1,14 @@
 """Discovery of precision plugins through the ``precision_base.plugins`` entry-point group.
 
+This package is the registry; this module is its facade ([`Registry`][precision_base.registry.Registry] and the
+module-level functions over the process-wide one), and the only module of it that users import. Its parts, bottom to
+top: [`loading`][precision_base.registry.loading] (an info module without its package; a class by its reference),
+[`requirements`][precision_base.registry.requirements] (a plugin's requirements against installed metadata),
+[`discovery`][precision_base.registry.discovery] (what is installed; each info module run once),
+[`statuses`][precision_base.registry.statuses] (what that makes each backend) and
+[`classes`][precision_base.registry.classes] (a backend's class for a door, loaded and checked). The parts import
+one another, never this module.
+
 What runs when, and what a broken plugin can do:
 
 * Discovery reads distribution metadata only (entry points, ``Name``, ``Version``, ``Requires-Dist``); it runs no
@@ -8,17 +17,17 @@ What runs when, and what a broken plugin can do:
 * Listing ([`list_plugins`][precision_base.registry.list_plugins], ``precision-plugins list``) then runs, for each
   plugin that is not disabled, its
   *info module* alone (the module named in its entry point), without the package's ``__init__``: see
-  [`precision_base.loading`][] for the exact rule. Disabled plugins and plugins in conflict run nothing; no plugin
-  class, torch, Lightning or DeepSpeed is imported.
+  [`precision_base.registry.loading`][] for the exact rule. Disabled plugins and plugins in conflict run nothing;
+  no plugin class, torch, Lightning or DeepSpeed is imported.
 * Resolving ([`resolve`][precision_base.registry.resolve]) checks the contract version and the requirements (the
   distribution's own
   ``Requires-Dist`` plus any ``PluginInfo.requires``) first, and only then imports the plugin's class.
 * An extra precision that needs one of the distribution's optional extras (``PluginInfo.precision_extras``) is
   *unavailable* while that extra's ``Requires-Dist`` lines are unmet (metadata only): the entry stays ``ok``,
-  [`PluginEntry.unavailable`][precision_base.statuses.PluginEntry.unavailable] says why, and resolving that precision
-  raises [`PluginRequirementError`][precision_base.PluginRequirementError]
+  [`PluginEntry.unavailable`][precision_base.registry.statuses.PluginEntry.unavailable] says why, and resolving that
+  precision raises [`PluginRequirementError`][precision_base.PluginRequirementError]
   with an install line for where the distribution came from
-  ([`install_command`][precision_base.statuses.install_command]).
+  ([`install_command`][precision_base.registry.statuses.install_command]).
 
 Any exception an info module raises, ``SystemExit`` included (``KeyboardInterrupt`` is not caught), makes that
 plugin ``broken``; malformed metadata does too. Every other plugin keeps working. No lock is held while plugin
@@ -38,18 +47,6 @@ from collections.abc import Iterator
 from typing import Any, Optional
 
 from precision_base.contract import PluginInfo
-from precision_base.discovery import (
-    DISABLE_ENV_VAR,
-    ENTRY_POINT_GROUP,
-    IN_PROCESS,
-    INSTALLED,
-    Candidate,
-    InfoLoader,
-    canonical_dist,
-    disabled_backends,
-    discover,
-    in_process_candidate,
-)
 from precision_base.door_table import DOORS, Door
 from precision_base.errors import (
     BackendDisabledError,
@@ -62,10 +59,21 @@ from precision_base.errors import (
     describe,
     shorten,
 )
-from precision_base.plugin_classes import check_plugin_class, load_plugin_class
-from precision_base.requirements import installed_version
-from precision_base.spec import parse_spec
-from precision_base.statuses import (
+from precision_base.registry.classes import check_plugin_class, load_plugin_class
+from precision_base.registry.discovery import (
+    DISABLE_ENV_VAR,
+    ENTRY_POINT_GROUP,
+    IN_PROCESS,
+    INSTALLED,
+    Candidate,
+    InfoLoader,
+    canonical_dist,
+    disabled_backends,
+    discover,
+    in_process_candidate,
+)
+from precision_base.registry.requirements import installed_version
+from precision_base.registry.statuses import (
     PluginEntry,
     check_precision,
     duplicate_error,
@@ -74,13 +82,14 @@ from precision_base.statuses import (
     import_error,
     unknown_backend_message,
 )
+from precision_base.spec import parse_spec
 
 
 class Registry:
     """The set of known backends: installed ones (discovered lazily, once) plus in-process registrations.
 
-    A facade over [`precision_base.discovery`][] (what is installed, info modules run once) and
-    [`precision_base.statuses`][] (what that makes each backend): it holds the tables, resolves and registers.
+    A facade over [`precision_base.registry.discovery`][] (what is installed, info modules run once) and
+    [`precision_base.registry.statuses`][] (what that makes each backend): it holds the tables, resolves and registers.
     The lock guards the registry's own tables only; it is never held while plugin code runs.
     """
 
@@ -327,7 +336,7 @@ def get_plugin_class(backend: str, *, door: Door = "Trainer") -> type:
 
 
 def get_entry(backend: str) -> PluginEntry:
-    """The [`PluginEntry`][precision_base.statuses.PluginEntry] for ``backend``; raises like
+    """The [`PluginEntry`][precision_base.registry.statuses.PluginEntry] for ``backend``; raises like
     [`resolve`][precision_base.registry.resolve] when it cannot be used."""
     return _default.entry(backend)
 

@@ -111,13 +111,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; needs no GPU")
     parser.add_argument("--fp8", action="store_true", help="the fp8 section only (same as --sections fp8)")
     args = parser.parse_args(argv)
-    args.sections = [s.strip() for s in ("fp8" if args.fp8 else args.sections).split(",") if s.strip()]
-    args.setups = [s.strip() for s in args.setups.split(",") if s.strip()]
-    for label, chosen, allowed in (("section", args.sections, SECTIONS), ("setup", args.setups, SETUPS)):
-        if not chosen or (bad := [c for c in chosen if c not in allowed]):
-            parser.error(
-                f"unknown {label}(s) {', '.join(chosen and bad) or '(none)'}; choose from {', '.join(allowed)}"
-            )
+    args.sections = report.choose(parser, "section", "fp8" if args.fp8 else args.sections, SECTIONS)
+    args.setups = report.choose(parser, "setup", args.setups, SETUPS)
     if args.steps < 2 or args.warmup < 0 or args.budget_s <= 0:
         parser.error("--steps must be at least 2, --warmup at least 0 and --budget-s positive")
     if args.update_docs:
@@ -168,26 +163,23 @@ def lightning_fit(setup: str, variant: str, precision: str, net: Any, data: list
         from bench.runs import bench_module, fsdp2_variant, loss_fn
         from precision_testsupport.models import QUIET, GPTBlock
 
-        shard, kw = None, {}
+        shard = None
         if setup == "fsdp2":
             trainer_cls, shard, kw = fsdp2_variant(variant, precision)
-            strategy: Any = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1)
+            kw["strategy"] = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1)
         elif setup == "single":  # the fp8 section: the plugin picks its own strategy
-            trainer_cls, strategy = precision_base.Trainer, "auto"
-            kw = {"precision_plugin": precision_base.resolve(precision)}
+            trainer_cls, kw = precision_base.Trainer, {"precision_plugin": precision_base.resolve(precision)}
         else:
             backend = "deepspeed" if setup.startswith("zero") else "fsdp"
             trainer_cls = precision_base.Trainer if variant == "ours" else pl.Trainer
             kw = {"precision_plugin": precision_base.resolve(f"{backend}:{precision}")} if variant == "ours" else {
                 "precision": precision}  # fmt: skip
-            strategy = (FSDPStrategy(auto_wrap_policy={GPTBlock}) if backend == "fsdp"
-                        else DeepSpeedStrategy(stage=int(setup[-1])))  # fmt: skip
+            kw["strategy"] = (FSDPStrategy(auto_wrap_policy={GPTBlock}) if backend == "fsdp"
+                              else DeepSpeedStrategy(stage=int(setup[-1])))  # fmt: skip
         if compile_blocks:
             for block in net.blocks:
                 block.compile()
         module = bench_module(net, lambda n, t: loss_fn(n(t[:, :-1]), t[:, 1:]), tick, 1e-4, shard=shard)
-        if strategy != "auto":
-            kw["strategy"] = strategy
         trainer = trainer_cls(accelerator=accelerator, devices=1, max_steps=len(data), **kw, **QUIET)
         trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
         fit.converted = len(getattr(trainer.precision_plugin, "fp8_converted", []))  # type: ignore[attr-defined]

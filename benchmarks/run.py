@@ -16,15 +16,15 @@ from bench import audit, discovery, memory, memory_real, numerics, overhead, rep
 from tools.docgen import benchmark_index
 
 CACHE = Path(tempfile.gettempdir()) / "precision-plugins-bench"
+MODELS, BACKENDS = ("mlp", "llama", "resnet"), ("fsdp", "deepspeed")  # the overhead benchmarks, in this order
 
 
 def benchmarks(cache: Path = CACHE) -> dict[str, Callable[[bool], dict[str, Any]]]:
     """Every benchmark, in the order they run: name -> ``run(quick)``, which measures and returns the result's data
     (config, results, ...) for :func:`bench.report.save`."""
-    over = {overhead.name_of(b, m): partial(overhead.run, backend=b, model=m)
-            for m in ("mlp", "llama", "resnet") for b in ("fsdp", "deepspeed")}  # fmt: skip
-    return {**over, "discovery": partial(discovery.run, cache=cache), "memory": memory.run,
-            "memory-real": memory_real.run, "numerics": numerics.run, "audit": audit.run}  # fmt: skip
+    every = {overhead.name_of(b, m): partial(overhead.run, backend=b, model=m) for m in MODELS for b in BACKENDS}
+    every["discovery"] = partial(discovery.run, cache=cache)
+    return {**every, "memory": memory.run, "memory-real": memory_real.run, "numerics": numerics.run, "audit": audit.run}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,9 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=CACHE, help="where discovery keeps its venvs between runs")
     parser.add_argument("--keep-going", action="store_true", help="run the other benchmarks when one fails")
     args = parser.parse_args(argv)
-    chosen = [b.strip() for b in args.only.split(",") if b.strip()] or names
-    if unknown := [b for b in chosen if b not in names]:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+    chosen = report.choose(parser, "benchmark", args.only or ",".join(names), names)
     if args.update_docs and args.quick:
         parser.error("--update-docs publishes results: run it without --quick")
     out, runs, failed = report.DOCS if args.update_docs else args.out, benchmarks(args.cache), []

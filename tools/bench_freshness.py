@@ -46,9 +46,9 @@ SHARED = (
     "benchmarks/bench/__init__.py",
     "benchmarks/bench/report.py",
     "benchmarks/bench/runs.py",
-    "benchmarks/bench/models.py",
 )
-"""What every benchmark runs: the plugins and the shared harness (statistics and output, training runs, models)."""
+"""What every benchmark runs: the plugins and the shared harness (statistics and output, training runs; the models,
+``precision_testsupport.architectures``, are package sources)."""
 OWN = {"memory": ("memory.py",), "memory-real": ("memory_real.py", "memory.py"), "numerics": ("numerics.py",),
        "discovery": ("discovery.py",), "audit": ("audit.py",)}  # fmt: skip
 """Each benchmark's own modules under benchmarks/bench/ (``overhead-*``: overhead.py)."""

@@ -1,7 +1,8 @@
 """The precision audit's cost, 2 processes on CPU: an audited step against a normal one, and the steps after the audit
-against a run without it, each backend at ``bf16-mixed`` on the benchmarks' tiny Llama (:mod:`bench.models`), in
-interleaved rounds of two fresh fits (``audit``: ``PrecisionAudit(steps=1)``; ``plain``). The method in full is the
-page's introduction (``AUDIT`` in tools/docgen/benchmark_pages.py).
+against a run without it, each backend at ``bf16-mixed`` on the benchmarks' tiny Llama
+(:mod:`precision_testsupport.architectures`), in interleaved rounds of two fresh fits (``audit``:
+``PrecisionAudit(steps=1)``; ``plain``). The method in full is the page's introduction (``AUDIT`` in
+tools/docgen/benchmark_pages.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import random
 import time
 from typing import Any
 
-from bench import models, report, runs
+from bench import report, runs
+from precision_testsupport import architectures
 
 BACKENDS = ("fsdp", "deepspeed")
 VARIANTS = ("audit", "plain")
@@ -39,7 +41,7 @@ def _fit(backend: str, variant: str, steps: int, batch: int) -> list[float]:
     class LM(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = models.build("llama", 0, 0, 0, seed=0)
+            self.net = architectures.build("llama", 0, 0, 0, seed=0)
 
         def training_step(self, data: Any, batch_idx: int) -> torch.Tensor:
             ids, target = data
@@ -50,7 +52,7 @@ def _fit(backend: str, variant: str, steps: int, batch: int) -> list[float]:
             return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
         def train_dataloader(self) -> Any:
-            data = models.data("llama", steps * batch * 2, 0, 0, seed=1)
+            data = architectures.data("llama", steps * batch * 2, 0, 0, seed=1)
             return torch.utils.data.DataLoader(data, batch_size=batch)
 
     timer = Timer()

@@ -1,4 +1,5 @@
-"""Memory on the real models (:mod:`bench.models`): what FSDP2 gathers at once and the peak per rank, 2 ranks on CPU.
+"""Memory on the real models (:mod:`precision_testsupport.architectures`): what FSDP2 gathers at once and the peak
+per rank, 2 ranks on CPU.
 
 Per model, one fit of a few steps per setup: ``ours, default units`` (``precision_base.Trainer(precision_plugin=...)``
 with no strategy and no ``configure_model``: the units the plugin's FSDP2 strategy picks), ``ours, one unit`` (the
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import models, runs
+from bench import runs
 from bench.memory import reset_peak, vm
+from precision_testsupport import architectures
 
 SETUPS = ("ours-default", "ours-whole", "builtin")
 PRECISION = {"llama": "bf16-mixed", "resnet": "bf16-true"}  # the BatchNorm CNN under *-mixed: being fixed separately
@@ -104,7 +106,7 @@ def gather_breakdown(model: str) -> list[dict[str, Any]]:
 
     from precision_fsdp.float8 import config as float8
 
-    net = models.build(model, 0, 0, 0, 0)
+    net = architectures.build(model, 0, 0, 0, 0)
     chosen, linears = float8.default_filter(net), float8._linears(net)
     first, last = linears[0][0], linears[-1][0]
     in_blocks = {id(p) for block in net.blocks for p in block.parameters()}
@@ -136,7 +138,7 @@ def run(quick: bool) -> dict[str, Any]:
     plan += [{"model": "llama-prop", "setup": "ours-default", "precision": p} for p in (FP8_BASE, FP8)]
     batch, shown = {"llama": 4, "llama-prop": 4, "resnet": 8}, [*chosen, "llama-prop"]
     config: dict[str, Any] = {"runs": plan, "steps": 2 if quick else 3, "batch": batch,
-                              "parameters": {m: models.parameters(m, 0, 0, 0) for m in shown},
-                              "descriptions": {m: models.describe(m, 0, 0, batch[m]) for m in shown}}  # fmt: skip
+                              "descriptions": {m: architectures.describe(m, 0, 0, batch[m]) for m in shown},
+                              "parameters": {m: architectures.parameters(m, 0, 0, 0) for m in shown}}  # fmt: skip
     rows = runs.in_ranks("bench.memory_real:worker", config)
     return {"config": config, "results": rows, "breakdown": {m: gather_breakdown(m) for m in DECODERS}}

@@ -1,5 +1,5 @@
 """Per-step overhead: our plugin vs Lightning's built-in vs a hand-written loop, 2 processes on CPU, per backend and
-model (:mod:`bench.models`).
+model (:mod:`precision_testsupport.architectures`).
 
 One 2-rank launch per backend and model. In each round, for each precision, the variants run in a shuffled order
 (the same in both ranks), each a fresh fit of ``warmup + steps`` steps; rounds interleave the variants in time so
@@ -15,7 +15,8 @@ import random
 import time
 from typing import Any
 
-from bench import models, report, runs
+from bench import report, runs
+from precision_testsupport import architectures
 
 MIXED = ["ours", "ours-lowreduce", "builtin", "amp", "hand", "hand-lowreduce"]
 THREE = ["ours", "builtin", "hand"]
@@ -87,20 +88,6 @@ def analyse(raw: dict[str, Any], variants: dict[str, list[str]]) -> dict[str, An
     return out
 
 
-def _hook_plugins(backend: str, precision: str) -> dict[str, Any]:
-    if backend == "fsdp":
-        from lightning.pytorch.plugins.precision import FSDPPrecision
-
-        import precision_base
-
-        return {"ours": precision_base.resolve(f"fsdp:{precision}"), "builtin": FSDPPrecision(precision)}  # type: ignore[arg-type]
-    from lightning.pytorch.plugins.precision import DeepSpeedPrecision as Builtin
-
-    from precision_deepspeed import DeepSpeedPrecision
-
-    return {"ours": DeepSpeedPrecision(precision), "builtin": Builtin(precision)}  # type: ignore[arg-type]
-
-
 def _hook_block(plugin: Any, batch: Any, loss: Any, calls: int) -> float:
     """Seconds per step of the hooks Lightning calls around every training step that need no running Trainer."""
     start = time.perf_counter()
@@ -123,7 +110,7 @@ def hooks(backend: str, precisions: list[str], calls: int, blocks: int) -> dict[
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the built-in's CUDA autocast on a CPU warns at every entry
         for precision in precisions:
-            plugins = _hook_plugins(backend, precision)
+            plugins = {v: runs.plugin(backend, v, precision) for v in ("ours", "builtin")}
             for plugin in plugins.values():
                 _hook_block(plugin, batch, loss, max(1, calls // 10))  # warm-up
             times: dict[str, list[float]] = {k: [] for k in plugins}
@@ -147,11 +134,11 @@ def run(quick: bool, backend: str, model: str = "mlp") -> dict[str, Any]:
         task = runs.Task(model=model, **REAL_TASK[model])
     steps = (5, 1) if quick else (40, 5) if model == "mlp" else (30, 3)
     skips = {p: s for p in variants if (s := builtin_skips(backend, p))}
+    shape = (model, task.width, task.depth)  # what the models' description and parameter count depend on
     config: dict[str, Any] = {"backend": backend, "model": model, "variants": variants, "task": dict(vars(task)),
-                              "parameters": models.parameters(model, task.width, task.depth, task.classes),
+                              "parameters": architectures.parameters(*shape, task.classes), "builtin_skips": skips,
                               "rounds": 1 if quick else 8, "steps": steps[0], "warmup": steps[1],
-                              "builtin_skips": skips,
-                              "description": models.describe(model, task.width, task.depth, task.batch)}  # fmt: skip
+                              "description": architectures.describe(*shape, task.batch)}  # fmt: skip
     raw = runs.in_ranks("bench.overhead:worker", config)
     hook_results = hooks(backend, list(variants), 200 if quick else 2000, 3 if quick else 15) if model == "mlp" else {}
     return {"config": config, "results": analyse(raw, variants), "errors": raw.get("errors", {}), "hooks": hook_results}

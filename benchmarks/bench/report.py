@@ -100,6 +100,15 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def choose(parser: argparse.ArgumentParser, label: str, text: str, allowed: Sequence[str]) -> list[str]:
+    """The drivers' comma-separated choices (``--only``, ``--sections``, ``--setups``): the names in ``text``, or a
+    usage error naming the choices when one is not in ``allowed`` or none is given."""
+    chosen = [c.strip() for c in text.split(",") if c.strip()]
+    if not chosen or (bad := [c for c in chosen if c not in allowed]):
+        parser.error(f"unknown {label}(s) {', '.join(chosen and bad) or '(none)'}; choose from {', '.join(allowed)}")
+    return chosen
+
+
 def output_options(parser: argparse.ArgumentParser) -> None:
     """The drivers' ``--out FOLDER`` (default build/benchmarks/) or ``--update-docs`` (:data:`DOCS`)."""
     where = parser.add_mutually_exclusive_group()

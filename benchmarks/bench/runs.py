@@ -1,8 +1,8 @@
 """Training runs inside the ranks (started by ``precision_testsupport.launch.run_ranks``) on one of
-:mod:`bench.models` (``Task.model``; the same weights and batches in every run): ``ours``
-(``precision_base.Trainer``), ``builtin`` (Lightning's precision plugin, same strategy), ``amp`` (FSDP ``*-mixed``
-only: Lightning's ``MixedPrecision`` plugin on the CPU, the work ours does inside the same Lightning loop) and
-``hand`` (no Lightning: the floor). FSDP2 runs under ``ModelParallelStrategy``, DeepSpeed under
+:mod:`precision_testsupport.architectures` (``Task.model``; the same weights and batches in every run): ``ours``
+(``precision_base.Trainer``), ``builtin`` (Lightning's precision plugin, same strategy; :func:`plugin`), ``amp``
+(FSDP ``*-mixed`` only: Lightning's ``MixedPrecision`` plugin on the CPU, the work ours does inside the same
+Lightning loop) and ``hand`` (no Lightning: the floor). FSDP2 runs under ``ModelParallelStrategy``, DeepSpeed under
 precision-deepspeed's ``DeepSpeedCPUStrategy`` (Lightning's refuses the CPU). Each run returns per-step wall and
 CPU times after ``warmup`` (slowest rank), losses, the model or engine.
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from bench import models
 from precision_base.plugin_support import precision_dtype
+from precision_testsupport import architectures
 from precision_testsupport.launch import ensure_process_group, run_ranks, world_size
 from precision_testsupport.models import QUIET
 
@@ -40,10 +40,10 @@ class Task:
     batch: int = 32  # per rank
     lr: float = 1e-3
     seed: int = 1234
-    model: str = "mlp"  # one of bench.models.MODELS; width, depth and classes shape the MLP only
+    model: str = "mlp"  # one of architectures.MODELS; width, depth and classes shape the MLP only
 
     def net(self) -> Any:
-        return models.build(self.model, self.width, self.depth, self.classes, self.seed)
+        return architectures.build(self.model, self.width, self.depth, self.classes, self.seed)
 
 
 def in_ranks(target: str, args: dict[str, Any], world: int = 2, threads: int = 1) -> Any:
@@ -94,7 +94,7 @@ def norms_in_fp32(net: torch.nn.Module, out_dtype: torch.dtype | None) -> list[t
 def loader(task: Task, steps: int) -> torch.utils.data.DataLoader[Any]:
     """Exactly ``steps`` batches for this rank, its own slice of the same data (as Lightning's sampler gives)."""
     world, rank = world_size(), int(os.environ.get("RANK", "0"))
-    data = models.data(task.model, steps * task.batch * world, task.width, task.classes, task.seed)
+    data = architectures.data(task.model, steps * task.batch * world, task.width, task.classes, task.seed)
     sampler: Any = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
     return torch.utils.data.DataLoader(data, batch_size=task.batch, sampler=sampler)
 
@@ -222,6 +222,24 @@ def fsdp(
     return _lightning_fit(trainer, task, steps, warmup, on_step, shard, strategy=strategy, **kw)
 
 
+def plugin(backend: str, variant: str, precision: str, **options: Any) -> Any:
+    """The precision plugin of ``variant`` for ``backend`` ("fsdp", "deepspeed") at ``precision``: ``ours``
+    (``precision_base.resolve("fsdp:...")``, ``precision_deepspeed.DeepSpeedPrecision``; with ``options``) or
+    ``builtin`` (Lightning's ``FSDPPrecision``, ``DeepSpeedPrecision``)."""
+    from lightning.pytorch.plugins import precision as lightning
+
+    import precision_base
+
+    if variant == "builtin":
+        builtin = lightning.FSDPPrecision if backend == "fsdp" else lightning.DeepSpeedPrecision
+        return builtin(precision)  # type: ignore[arg-type]
+    if backend == "fsdp":
+        return precision_base.resolve(f"fsdp:{precision}", **options)
+    from precision_deepspeed import DeepSpeedPrecision
+
+    return DeepSpeedPrecision(precision, **options)
+
+
 def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, Any, dict[str, Any]]:
     """FSDP2 under Lightning: the Trainer class, ``shard(module, mesh, is_root)`` for ``configure_model`` and the
     Trainer's precision argument. ``ours``: our plugin and its ``fully_shard``; ``builtin``: Lightning's
@@ -229,13 +247,12 @@ def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, An
     built-in writes); ``amp`` (``*-mixed``): Lightning's ``MixedPrecision(precision, device="cpu")`` and
     ``fully_shard`` with a low-precision compute, fp32-reduce policy (the blocks' without the input cast)."""
     import lightning.pytorch as pl
-    from lightning.pytorch.plugins.precision import FSDPPrecision
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import precision_base
 
     if variant == "ours":
-        ours = precision_base.resolve(f"fsdp:{precision}", **options)
+        ours = plugin("fsdp", "ours", precision, **options)
         return precision_base.Trainer, lambda m, mesh, root: ours.fully_shard(m, mesh=mesh), {"precision_plugin": ours}
     if variant == "amp":  # Lightning's autocast plugin on the CPU, the fp32-reducing policy written by the user
         from lightning.pytorch.plugins.precision import MixedPrecision
@@ -244,9 +261,9 @@ def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, An
         reduce = REDUCE[options["reduce_dtype"]] if options.get("reduce_dtype") else torch.float32
         amp = {root: MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce, cast_forward_inputs=root)
                for root in (True, False)}  # fmt: skip  # the blocks take their inputs as given, as ours
-        plugin = MixedPrecision(precision, device="cpu")  # type: ignore[arg-type]
-        return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=amp[root]), {"plugins": [plugin]}
-    builtin = FSDPPrecision(precision)  # type: ignore[arg-type]
+        autocast = MixedPrecision(precision, device="cpu")  # type: ignore[arg-type]
+        return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=amp[root]), {"plugins": [autocast]}
+    builtin = plugin("fsdp", "builtin", precision)
     mp: Any = builtin.mixed_precision_config
     policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
     return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=policy), {"plugins": [builtin]}
@@ -298,19 +315,16 @@ def deepspeed(variant: str, precision: str, task: Task, steps: int, warmup: int,
     """DeepSpeed fit (ZeRO ``stage``): ``ours`` / ``builtin`` / ``hand``; ``extra_config`` is merged into the config."""
     import deepspeed as ds
     import lightning.pytorch as pl
-    from lightning.pytorch.plugins.precision import DeepSpeedPrecision as Builtin
 
     import precision_base
     from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
 
     strategy = DeepSpeedCPUStrategy(stage=stage, logging_batch_size_per_gpu=task.batch)
     strategy.config.update(copy.deepcopy(extra_config or {}))  # type: ignore[union-attr]
-    if variant == "ours":
-        plugin = DeepSpeedPrecision(precision, **(options or {}))
-        trainer, kw = precision_base.Trainer, dict[str, Any](precision_plugin=plugin)
-    elif variant == "builtin":
-        trainer, kw = pl.Trainer, {"plugins": [Builtin(precision)]}  # type: ignore[arg-type,assignment]
     if variant != "hand":
+        chosen = plugin("deepspeed", variant, precision, **(options or {}))
+        kw: dict[str, Any] = {"precision_plugin": chosen} if variant == "ours" else {"plugins": [chosen]}
+        trainer = precision_base.Trainer if variant == "ours" else pl.Trainer
         result = _lightning_fit(trainer, task, steps, warmup, on_step, None, strategy=strategy, **kw)
         gc.collect()
         return result

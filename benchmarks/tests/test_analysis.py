@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-import gpu_bench
 from bench import overhead, report
 from tools.docgen import benchmark_index
 
@@ -63,24 +62,14 @@ def test_a_variant_that_failed_is_left_out() -> None:
     assert results["bf16-mixed"]["wall"]["ratios"] == {}
 
 
-def test_gpu_math() -> None:
-    assert gpu_bench.peak_tflops("NVIDIA H200") == 989.0
-    assert gpu_bench.peak_tflops("NVIDIA L40S") == 362.0  # the longer key wins over "L40" and "L4"
-    assert gpu_bench.peak_tflops("mystery", 100.0) == 100.0
-    assert gpu_bench.peak_tflops("mystery") is None
-    m = {"vocab": 10, "d_model": 4, "layers": 1, "heads": 1, "seq": 2, "batch": 1}
-    assert gpu_bench.flops_per_token(m) == 6.0 * (12 * 16 + 40) + 6.0 * 1 * 2 * 4
-    assert gpu_bench.mfu(1000.0, m, 1.0, 1) == 1000.0 * gpu_bench.flops_per_token(m) / 1e12
-    assert gpu_bench.mfu(1000.0, m, None, 1) is None
-
-
 def test_gather_breakdown_counts_every_parameter_once_and_names_what_stays_bf16() -> None:
     pytest.importorskip("transformers")
-    from bench import memory_real, models
+    from bench import memory_real
+    from precision_testsupport import architectures
 
     for model in memory_real.DECODERS:
         groups = {g["group"]: g for g in memory_real.gather_breakdown(model)}
-        assert sum(g["parameters"] for g in groups.values()) == models.parameters(model, 0, 0, 0)
+        assert sum(g["parameters"] for g in groups.values()) == architectures.parameters(model, 0, 0, 0)
         converted = groups.pop("Linear weights converted to float8")
         assert converted["fp8_bytes"] * 2 == converted["bf16_bytes"]
         assert all(g["fp8_bytes"] == g["bf16_bytes"] for g in groups.values()), "the rest gathers in bf16"

@@ -1,6 +1,6 @@
-"""gpu_bench.py's plumbing on a CPU: argument parsing, the plan, the refusal without CUDA, the step-time
-measurement on a tiny model (a plain loop and a real Lightning fit), and the report and index it writes. No speed is
-asserted; the GPU itself is not exercised here (no GPU on the machines these tests run on)."""
+"""gpu_bench.py's plumbing on a CPU: argument parsing, the plan, the MFU arithmetic, the refusal without CUDA, the
+step-time measurement on a tiny model (a plain loop and a real Lightning fit), and the report and index it writes. No
+speed is asserted; the GPU itself is not exercised here (no GPU on the machines these tests run on)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,17 @@ def test_arguments_and_plan() -> None:
     only_fp8 = gpu_bench.plan(gpu_bench.parse(["--sections", "fp8", "--layers", "4"]))
     assert (only_fp8["fits"], only_fp8["budget_s"], only_fp8["fp8_model"]["layers"]) == ([], {"fp8": 400.0}, 4)
     assert gpu_bench.parse(["--update-docs"]).out == gpu_bench.DOCS
+
+
+def test_gpu_math() -> None:
+    assert gpu_bench.peak_tflops("NVIDIA H200") == 989.0
+    assert gpu_bench.peak_tflops("NVIDIA L40S") == 362.0  # the longer key wins over "L40" and "L4"
+    assert gpu_bench.peak_tflops("mystery", 100.0) == 100.0
+    assert gpu_bench.peak_tflops("mystery") is None
+    m = {"vocab": 10, "d_model": 4, "layers": 1, "heads": 1, "seq": 2, "batch": 1}
+    assert gpu_bench.flops_per_token(m) == 6.0 * (12 * 16 + 40) + 6.0 * 1 * 2 * 4
+    assert gpu_bench.mfu(1000.0, m, 1.0, 1) == 1000.0 * gpu_bench.flops_per_token(m) / 1e12
+    assert gpu_bench.mfu(1000.0, m, None, 1) is None
 
 
 def test_bad_arguments_say_what_is_allowed(capsys: pytest.CaptureFixture[str]) -> None:

@@ -379,7 +379,7 @@ def _discovery_page(d: dict[str, Any]) -> Page:
 # ---- audit -----------------------------------------------------------------------------------------------------
 AUDIT = """The precision audit's cost: an audited step against a normal one, and the steps after the audit against a run
 without it, 2 processes on CPU (FSDP2 ``fsdp:bf16-mixed`` and DeepSpeed ZeRO-2 ``deepspeed:bf16-mixed``, the
-benchmarks' tiny Llama, ``bench.models``).
+benchmarks' tiny Llama, ``precision_testsupport.architectures``).
 
 One 2-rank launch per backend. Each round runs two fresh fits of ``steps`` steps in a shuffled order (the same in
 both ranks): ``audit`` (``PrecisionAudit(steps=1)``: step 0 audited, every hook removed after it) and ``plain`` (no

@@ -9,7 +9,7 @@ first key is ``0`` and names the precision the Trainer starts with::
 
 The entry at step ``k`` is in effect from the ``k``-th optimizer step on (steps are counted from 0): the callback
 switches after the optimizer step that makes ``global_step == k``, through the plugin's ``switch_precision``
-(precision-fsdp: [`precision_fsdp.switch`][]). Everything is checked at ``setup``, before any step: the first
+(precision-fsdp: [`precision_fsdp.schedule`][]). Everything is checked at ``setup``, before any step: the first
 entry against the Trainer's plugin, the backend of every entry, the steps against ``max_steps``, and every switch
 against the plugin (``precision_switch_problem``), so a schedule that cannot run fails before training.
 

@@ -3,6 +3,8 @@
 Each module is imported explicitly (this package imports nothing itself):
 
 * :mod:`precision_testsupport.models`: toy LightningModules and data (torch, Lightning);
+* :mod:`precision_testsupport.architectures`: the benchmarks' models, real architectures built from configs
+  (transformers, imported when one is built), with their data;
 * :mod:`precision_testsupport.launch`: N real ranks with a gloo process group (the conformance kit's launcher,
   :mod:`precision_base.testing.ranks`, plus an in-process world of one);
 * :mod:`precision_testsupport.wheels`: real wheels of small plugin distributions, fresh venvs;

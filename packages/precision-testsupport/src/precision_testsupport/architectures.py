@@ -1,4 +1,5 @@
-"""The models the CPU benchmarks train, each with its data and the blocks FSDP2 shards one by one.
+"""Real architectures built from their libraries' configs, for the benchmarks (``benchmarks/bench``): each model
+with its data and the blocks FSDP2 shards one by one.
 
 * ``mlp``: ``precision_testsupport.models.ResidualMLP`` on its teacher task (classes from ``teacher_data``).
 * ``llama``: transformers' ``LlamaForCausalLM`` from a tiny ``LlamaConfig`` (RMSNorm, rotary attention through
@@ -11,7 +12,8 @@
 * ``resnet``: transformers' ``ResNetForImageClassification`` from a small ``ResNetConfig`` (convolutions and
   BatchNorm), random weights, random 32x32 images and labels; blocks: its stages.
 
-No weights are downloaded: every model is built from a config with a fixed seed.
+No weights are downloaded: every model is built from a config with a fixed seed. transformers is imported only when
+a transformers model is built (it is not a dependency of this package).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ LLAMA_PROP = {"vocab_size": 2000, "hidden_size": 256, "intermediate_size": 704, 
               "num_attention_heads": 8, "num_key_value_heads": 1, "max_position_embeddings": 128}  # fmt: skip
 DECODERS = {"llama": LLAMA, "llama-prop": LLAMA_PROP}
 LLAMA_SEQ = 64
-RESNET = {"num_channels": 3, "embedding_size": 16, "hidden_sizes": [32, 64], "depths": [2, 2], "layer_type": "basic",
-          "num_labels": 10}  # fmt: skip
+RESNET: dict[str, Any] = {"num_channels": 3, "embedding_size": 16, "hidden_sizes": [32, 64], "depths": [2, 2],
+                          "layer_type": "basic", "num_labels": 10}  # fmt: skip
 RESNET_IMAGE = 32
 
 
@@ -117,4 +119,4 @@ def describe(model: str, width: int, depth: int, batch: int) -> str:
 
 
 def parameters(model: str, width: int, depth: int, classes: int) -> int:
-    return sum(p.numel() for p in build(model, width, depth, classes, 0).parameters())
+    return sum(int(p.numel()) for p in build(model, width, depth, classes, 0).parameters())

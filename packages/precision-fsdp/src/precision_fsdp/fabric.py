@@ -112,8 +112,8 @@ class FSDPPrecision(FabricFSDPPrecisionImpl, lf.plugins.precision.FSDPPrecision)
     """Precision plugin for FSDP under Lightning Fabric (FSDP2 through ``ModelParallelStrategy``/
     [`FSDP2Strategy`][precision_fsdp.fabric.FSDP2Strategy], FSDP1 through ``FSDPStrategy``).
 
-    The same arguments, dtype table and errors as the Trainer class [`precision_fsdp.FSDPPrecision`][] (see
-    [`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl]). The one line for a ``parallelize_fn``::
+    The same arguments, dtype table and errors as the Trainer class
+    [`precision_fsdp.plugin.FSDPPrecision`][]. The one line for a ``parallelize_fn``::
 
         def parallelize(module, device_mesh):
             return plugin.fully_shard(module, mesh=device_mesh["data_parallel"])

@@ -357,7 +357,7 @@ def describe_path(precision: str) -> str:
     gaps = _compat.weight_wrapper_float8_gaps(FP8_RECIPES[precision])
     if not gaps:
         return _compat.WEIGHT_WRAPPER
-    return f"{_compat.MODULE_SWAP}: the weight wrapper does not cover it ({'; '.join(gaps)})"
+    return f"{_compat.MODULE_SWAP}, as torchao's weight wrapper does not cover it here: {'; '.join(gaps)}"
 
 
 def describe(precision: str) -> dict[str, str]:

@@ -52,36 +52,7 @@ class FSDP2StrategyImpl(_LightningBase):
     Lightning's ``ModelParallelStrategy`` as base
     (for either Lightning namespace, see ``precision_base.namespaces``).
 
-    Args:
-        auto_wrap_policy: which submodules become FSDP2 units when the LightningModule does not shard itself:
-            ``None`` (blocks: ``_no_split_modules`` classes, else repeated same-class children of ``ModuleList`` /
-            ``Sequential``; tied parameters in one unit), a set of module classes, a minimum number of parameters
-            (int), or a callable with FSDP1's policy signature; the same meaning as ``FSDPStrategy``'s
-            ``auto_wrap_policy`` (see [`precision_fsdp.sharding.units`][]). The LightningModule is always sharded last.
-        data_parallel_size: size of the data-parallel (sharding) dimension. ``"auto"`` (default): every process
-            (number of nodes x devices per node, divided by ``tensor_parallel_size``).
-        tensor_parallel_size: size of the tensor-parallel dimension; default 1 (pure FSDP2). ``"auto"`` keeps
-            Lightning's meaning (the devices of one node).
-        activation_checkpointing: a module class, or a collection of them (usually the model's block class,
-            e.g. ``(Block,)``), whose instances recompute their forward during backward instead of keeping their
-            activations (``torch.utils.checkpoint``, non-reentrant): less memory for one more forward per block.
-            Applied before sharding (and also to a model your ``configure_model`` shards), to the outermost
-            matching modules; parameter names and checkpoints are unchanged. Default ``None`` (off).
-            [`checkpointed`][precision_fsdp.sharding.strategy.FSDP2StrategyImpl.checkpointed] names the modules after
-            setup.
-        **kwargs: the other arguments of ``ModelParallelStrategy`` (``save_distributed_checkpoint``,
-            ``process_group_backend``, ``timeout``).
-
-    Lightning idioms that work under this strategy: ``fit`` then ``validate`` / ``test`` / ``predict`` on the same
-    Trainer, or each on a fresh Trainer with ``ckpt_path``; several optimizers with manual optimization, with or
-    without ``LightningModule.toggle_optimizer`` (a unit whose forward needs no backward, e.g. the frozen generator
-    in a discriminator step, is resharded right after that forward, so the ``requires_grad`` that ``toggle_optimizer``
-    sets on the sharded parameters is what its next forward uses); a ``configure_model`` that shards blocks through
-    ``self.trainer.precision_plugin.fully_shard`` (``fp8-*`` converts the whole LightningModule's Linear layers at its
-    first call, and ``keep_fp32`` names are matched against the whole LightningModule, without extra calls).
-
-    Raises:
-        TypeError, ValueError: ``auto_wrap_policy`` or ``activation_checkpointing`` is none of the accepted kinds.
+    See [`FSDP2Strategy`][precision_fsdp.sharding.strategy.FSDP2Strategy] for the arguments.
     """
 
     auto_wrap_policy: WrapPolicy
@@ -225,7 +196,36 @@ class FSDP2Strategy(FSDP2StrategyImpl, pl.strategies.ModelParallelStrategy):
     """Lightning's ``ModelParallelStrategy`` that shards with FSDP2 by a default policy when the LightningModule
     does not shard itself in ``configure_model``; data parallel over all processes by default.
 
-    See [`FSDP2StrategyImpl`][precision_fsdp.sharding.strategy.FSDP2StrategyImpl] for the arguments.
+    Args:
+        auto_wrap_policy: which submodules become FSDP2 units when the LightningModule does not shard itself:
+            ``None`` (blocks: ``_no_split_modules`` classes, else repeated same-class children of ``ModuleList`` /
+            ``Sequential``; tied parameters in one unit), a set of module classes, a minimum number of parameters
+            (int), or a callable with FSDP1's policy signature; the same meaning as ``FSDPStrategy``'s
+            ``auto_wrap_policy`` (see [`precision_fsdp.sharding.units`][]). The LightningModule is always sharded last.
+        data_parallel_size: size of the data-parallel (sharding) dimension. ``"auto"`` (default): every process
+            (number of nodes x devices per node, divided by ``tensor_parallel_size``).
+        tensor_parallel_size: size of the tensor-parallel dimension; default 1 (pure FSDP2). ``"auto"`` keeps
+            Lightning's meaning (the devices of one node).
+        activation_checkpointing: a module class, or a collection of them (usually the model's block class,
+            e.g. ``(Block,)``), whose instances recompute their forward during backward instead of keeping their
+            activations (``torch.utils.checkpoint``, non-reentrant): less memory for one more forward per block.
+            Applied before sharding (and also to a model your ``configure_model`` shards), to the outermost
+            matching modules; parameter names and checkpoints are unchanged. Default ``None`` (off).
+            [`checkpointed`][precision_fsdp.sharding.strategy.FSDP2StrategyImpl.checkpointed] names the modules after
+            setup.
+        **kwargs: the other arguments of ``ModelParallelStrategy`` (``save_distributed_checkpoint``,
+            ``process_group_backend``, ``timeout``).
+
+    Lightning idioms that work under this strategy: ``fit`` then ``validate`` / ``test`` / ``predict`` on the same
+    Trainer, or each on a fresh Trainer with ``ckpt_path``; several optimizers with manual optimization, with or
+    without ``LightningModule.toggle_optimizer`` (a unit whose forward needs no backward, e.g. the frozen generator
+    in a discriminator step, is resharded right after that forward, so the ``requires_grad`` that ``toggle_optimizer``
+    sets on the sharded parameters is what its next forward uses); a ``configure_model`` that shards blocks through
+    ``self.trainer.precision_plugin.fully_shard`` (``fp8-*`` converts the whole LightningModule's Linear layers at its
+    first call, and ``keep_fp32`` names are matched against the whole LightningModule, without extra calls).
+
+    Raises:
+        TypeError, ValueError: ``auto_wrap_policy`` or ``activation_checkpointing`` is none of the accepted kinds.
     """
 
 

@@ -9,7 +9,10 @@ Every page of the site is loaded from a local server on 127.0.0.1 and checked fo
 * no raw Sphinx role (``:class:``, ``:func:``, ...) or reST table border shown as text;
 * every image loads;
 * the copy button of a code block copies no ``$`` prompt;
-* at 390 px no inline code span breaks inside a name or runs past the text column.
+* at 390 px no inline code span breaks inside a name or runs past the text column;
+* no generated table cell shows a Python repr or exception text (a diagnostic is for ``precision-plugins show``);
+* a full-page screenshot of every page at both widths goes to ``build/docs-screenshots/<width>/`` (or
+  ``DOCS_SCREENSHOTS``) for a reviewer to look at.
 
 The site is built once per run with ``mkdocs build --strict`` into a temporary folder, or taken from
 ``DOCS_SITE_DIR`` when that names an already built site (the nox ``docs`` session builds it once). The browser is
@@ -51,6 +54,11 @@ INTERNAL = re.compile(
     r"\bissues? \d+\b|maintainers'|a test pins|\btests?/test_\w+\.py|torchao/(?:prototype|float8)/[\w/]+\.py"
 )
 NOT_FOR_READERS = ("/architecture/", "/releasing/", "/changelog/", "/reference/")
+# What Python prints, not what a reader is told: an exception line, a traceback, a list or dict repr, an object repr.
+PYTHON_REPR = re.compile(
+    r"\b\w+(?:Error|Exception): |Traceback \(most recent call last\)|\[\s*'[^'\n]*',\s*'|\{'\w+': |<[\w.]+ object at 0x"
+)
+SCREENSHOTS = Path(os.environ.get("DOCS_SCREENSHOTS", ROOT / "build" / "docs-screenshots"))
 RAW_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const|ref):`?|={6,} +={3,}")
 
 # Runs in the page: measures every code block and table against the box it has to fit in.
@@ -154,6 +162,9 @@ MEASURE_JS = """
     table_blocks: tables,
     images: images,
     copied_prompts: prompts,
+    table_text: [...document.querySelectorAll('.md-content table')].map((t) => t.innerText).join('\\n'),
+    ratio_cells: [...document.querySelectorAll('.md-content td')].map((td) => td.textContent.trim())
+      .filter((t) => /\\d \\[/.test(t)),
     text: article.innerText,
   };
 }
@@ -243,6 +254,10 @@ def measure_site(site: Path, width: int = WIDTH) -> dict[str, dict[str, Any]]:
                 page.goto(base + path, wait_until="load")
                 page.wait_for_load_state("networkidle")
                 data = page.evaluate(MEASURE_JS)
+                shot = SCREENSHOTS / str(width) / f"{path.strip('/').replace('/', '_') or 'home'}.png"
+                shot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(shot), full_page=True)
+                data["python_repr"] = sorted(set(m.group(0) for m in PYTHON_REPR.finditer(data.pop("table_text"))))
                 text = data.pop("text")
                 data["internal"] = sorted(set(INTERNAL.findall(text)))
                 data["raw_roles"] = sorted(set(RAW_ROLE.findall(text)))
@@ -351,17 +366,62 @@ def test_wide_code_blocks_scroll_and_keep_their_lines_on_a_phone(
     assert not stuck, "wide code blocks that do not scroll:\n" + "\n".join(stuck)
 
 
+def _wide_tables_scroll_with_a_sticky_first_column(measured: dict[str, dict[str, Any]], width: int) -> None:
+    tables = [(page, t) for page, m in measured.items() for t in m["table_blocks"]]
+    wide = [(page, t) for page, t in tables if t["wide"]]
+    assert wide, f"no table is wider than a {width}px page's column: this test would show nothing"
+    stuck = [f"{page}: {t['text']!r}" for page, t in wide if not (t["scrolls"] and t["sticky"])]
+    assert not stuck, f"wide tables at {width}px that do not scroll with a sticky first column:\n" + "\n".join(stuck)
+
+
 def test_wide_tables_scroll_with_their_first_column_in_view_on_a_phone(
     measured_on_a_phone: dict[str, dict[str, Any]],
 ) -> None:
     """At 390 px a table wider than the column (the dtype grid, the zoo, the compatibility details) scrolls
     sideways inside the theme's wrapper (overflow-x auto, extra.css), and its first column, which names the row,
     is sticky: every row stays readable without the page itself scrolling sideways."""
-    tables = [(page, t) for page, m in measured_on_a_phone.items() for t in m["table_blocks"]]
-    wide = [(page, t) for page, t in tables if t["wide"]]
-    assert wide, f"no table is wider than a {PHONE_WIDTH}px column: this test would show nothing"
-    stuck = [f"{page}: {t['text']!r}" for page, t in wide if not (t["scrolls"] and t["sticky"])]
-    assert not stuck, "wide tables that do not scroll with a sticky first column:\n" + "\n".join(stuck)
+    _wide_tables_scroll_with_a_sticky_first_column(measured_on_a_phone, PHONE_WIDTH)
+
+
+def test_wide_tables_scroll_with_their_first_column_in_view_at_1280px(measured: dict[str, dict[str, Any]]) -> None:
+    """At 1280 px too: a table with more columns than the text column holds (the dtype grid with its extra
+    precisions, the compatibility details) scrolls inside its own box with the row names in view."""
+    _wide_tables_scroll_with_a_sticky_first_column(measured, WIDTH)
+
+
+def test_no_python_repr_or_exception_text_in_tables(measured: dict[str, dict[str, Any]]) -> None:
+    """A generated table says things in words: no exception line, traceback, list, dict or object repr in a cell
+    (the dtype table's torchao API path once listed a config's fields). Developers' pages are left out."""
+    found = {
+        page: m["python_repr"]
+        for page, m in measured.items()
+        if m["python_repr"] and not page.startswith(NOT_FOR_READERS)
+    }
+    assert not found, f"Python reprs or exception text in tables:\n{_report(found)}"
+
+
+RATIO_CELL = re.compile(r"^\d[\d.]* \[\d[\d.]*, \d[\d.]*\] (faster|slower|same|rounds disagree)$")
+
+
+def test_benchmark_ratio_cells_hold_one_ratio_its_interval_and_a_verdict_word(
+    measured: dict[str, dict[str, Any]],
+) -> None:
+    """On the benchmark pages a ratio cell reads ``0.94 [0.91, 0.98] faster``: one ratio, its interval, the verdict
+    as a word (p20 and the rest are in the collapsed blocks, in cells of their own)."""
+    cells = [(page, c) for page, m in measured.items() if page.startswith("/benchmarks/") for c in m["ratio_cells"]]
+    assert cells, "no ratio cell on the benchmark pages: this test would show nothing"
+    bad = [f"{page}: {c!r}" for page, c in cells if not RATIO_CELL.match(c)]
+    assert not bad, "ratio cells that are not 'ratio [low, high] word':\n" + "\n".join(bad[:20])
+
+
+def test_every_page_has_a_screenshot_at_both_widths(
+    measured: dict[str, dict[str, Any]], measured_on_a_phone: dict[str, dict[str, Any]]
+) -> None:
+    """The run leaves a full-page screenshot of every page at 1280 and 390 px for a reviewer to look through."""
+    for width, pages in ((WIDTH, measured), (PHONE_WIDTH, measured_on_a_phone)):
+        shots = {p.stem for p in (SCREENSHOTS / str(width)).glob("*.png") if p.stat().st_size > 0}
+        missing = [page for page in pages if (page.strip("/").replace("/", "_") or "home") not in shots]
+        assert not missing, f"pages without a {width}px screenshot in {SCREENSHOTS}: {missing}"
 
 
 def test_inline_code_never_splits_a_name_on_a_phone(measured_on_a_phone: dict[str, dict[str, Any]]) -> None:

@@ -1,17 +1,25 @@
 """``index.md`` and ``analysis.md`` of a results folder, generated from the ``*.json`` results found there: every number
 and every verdict on these pages comes from the JSON (nothing is hand-written), and each result's freshness against
 the code it measured (:mod:`tools.bench_freshness`) is stated. ``benchmarks/run.py`` and ``benchmarks/gpu_bench.py``
-write them after their results (:func:`write`)."""
+write them after their results (:func:`write`).
+
+Every page of a folder drawn again from its JSON, without measuring (:func:`redraw`)::
+
+    python -m tools.docgen.benchmark_index --redraw docs/benchmarks
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from tools import bench_freshness as freshness
 from tools.bench_freshness import SCHEMA
-from tools.docgen.benchmark_pages import fmt_bytes, fmt_ratio, md_table
+from tools.docgen import benchmark_pages
+from tools.docgen.benchmark_pages import CPU_TIME, INTERVAL, VERDICTS, details, fmt_bytes, fmt_ratio, md_table, reading
 from tools.packages import find
 
 OVERHEAD = {f"overhead-{b}" + ("" if m == "mlp" else f"-{m}"): (b, m) for m in ("mlp", "llama", "resnet")
@@ -34,7 +42,8 @@ Our precision plugins measured side by side with Lightning's built-in plugins an
 doing the same casts, autocast and loss scaling (the floor), on a residual MLP and on two real architectures built
 from transformers configs (a Llama decoder and a BatchNorm ResNet). Every figure is a ratio of two things measured
 in the same run, interleaved, on the same machine; spreads are 95% bootstrap intervals of the ratio of medians.
-This page and [the reading of the results](analysis.md) are generated from the JSON files beside them.
+This page and [the reading of the results](analysis.md) are generated from the JSON files beside them; a result's
+own page has every figure, and its terms explained.
 
 Reproduce: `nox -s bench -- --update-docs` (or `python benchmarks/run.py --update-docs`; without it results go to
 `build/benchmarks/`; `--quick` for a smoke run; `--only NAME,...` for a subset). On a machine with one CUDA GPU:
@@ -71,15 +80,15 @@ def load(out: Path) -> tuple[dict[str, Any], list[str]]:
     return found, dropped
 
 
-def _verdict_words(r: dict[str, Any]) -> str:
-    return {"slower": "slower beyond the 95% interval, in every round", "faster": "faster beyond the 95% interval, in "
-            "every round"}.get(r["verdict"], r["verdict"])  # fmt: skip
-
-
-INDEX_CELLS = {"wall: ours / built-in": ("wall", "ours/builtin"), "wall: ours / hand-written": ("wall", "ours/hand"),
-               "CPU: ours / built-in": ("cpu", "ours/builtin"), "CPU: ours / hand-written": ("cpu", "ours/hand"),
-               "CPU: ours / Lightning AMP": ("cpu", "ours/amp")}  # fmt: skip
-"""The index's overhead ratio columns: header -> (kind of time, ratio)."""
+INDEX_CELLS = {"ours / built-in": "ours/builtin", "ours / hand-written": "ours/hand",
+               "ours / Lightning AMP": "ours/amp"}  # fmt: skip
+"""The index's overhead ratio columns (CPU time in the table, wall time in the block below it): header -> ratio."""
+READING = reading(
+    "**ms**: ours' median step time (wall clock) in milliseconds.",
+    benchmark_pages.RATIO + " The table divides CPU time per step, the block below it wall time.",
+    INTERVAL, VERDICTS, CPU_TIME,
+)  # fmt: skip
+"""What the index's overhead table uses, explained above it."""
 
 
 def like_for_like(d: dict[str, Any], precision: str) -> tuple[str, str]:
@@ -94,11 +103,11 @@ def like_for_like(d: dict[str, Any], precision: str) -> tuple[str, str]:
     return "ours/hand", "ours / hand-written (the built-in does other work or failed)"
 
 
-def _overhead_rows(d: dict[str, Any]) -> list[list[str]]:
+def _overhead_rows(d: dict[str, Any], kind: str = "cpu") -> list[list[str]]:
+    """A row per precision: backend, model, precision, ours' median ms, then :data:`INDEX_CELLS` in ``kind`` time."""
     return [[d["config"]["backend"], d["config"].get("model", "mlp"), p,
              f"{o['median'] * 1e3:.2f}" if (o := e["wall"]["step_s"].get("ours")) else "failed",
-             *(f"{fmt_ratio(x)} ({x['verdict']})" if (x := e[k]["ratios"].get(r)) else "-"
-               for k, r in INDEX_CELLS.values())]
+             *(fmt_ratio(x) if (x := e[kind]["ratios"].get(r)) else "-" for r in INDEX_CELLS.values())]
             for p, e in d["results"].items()]  # fmt: skip
 
 
@@ -109,13 +118,16 @@ def _gpu_section(found: dict[str, Any], out: Path) -> str:
     d = found["gpu"]
     m = d["machine"]
     return (f"## GPU\n\n{m.get('gpu')}, commit {str(m['git_commit'])[:10]}, {m['time_utc']}: "
-            f"[the full report](gpu.md).\n\n" + "\n".join(f"- {f}" for f in d["findings"]))  # fmt: skip
+            f"[the full report](gpu.md).\n\n" + "\n".join(f"- {f}" for f in benchmark_pages.findings(d)))  # fmt: skip
 
 
 def stale_words(problem: freshness.Problem) -> str:
     """How a page marks a stale result: "stale since <commit>" (the first change to the code it measures after it
     was measured), or why it cannot be shown current."""
-    return (f"**stale since {problem.since}**" if problem.since else "**stale**") + f": {problem.message}"
+    if problem.since:  # a reader gets the commit, not the commits' messages (a contributor's warning has them)
+        return (f"**stale since {problem.since}**: the code it measures changed after it ran; refresh: "
+                f"`{freshness.refresh_command(problem.benchmark)}`")  # fmt: skip
+    return f"**stale**: {problem.message}"
 
 
 def _freshness_lines(found: dict[str, Any], out: Path) -> list[str]:
@@ -152,18 +164,22 @@ def write(out: Path) -> Path:
     parts = [INTRO]
     overhead = [row for n in OVERHEAD if n in found for row in _overhead_rows(found[n])]
     if overhead:
-        header = ["backend", "model", "precision", "ours: step ms", *INDEX_CELLS]
+        wall = [row for n in OVERHEAD if n in found for row in _overhead_rows(found[n], "wall")]
+        head = ["backend", "model", "precision", "ours ms"]
         parts.append(
-            "## Per-step overhead (2 processes on CPU)\n\nAbove 1: ours is slower.\n\n" + md_table(header, overhead)
-        )
+            f"## Per-step overhead (2 processes on CPU)\n\n{READING}\n\n"
+            + md_table([*head, *(f"{k}, CPU time" for k in INDEX_CELLS)], overhead)
+            + "\n\n" + details("The same ratios in wall time",
+                               md_table([*head, *(f"{k}, wall time" for k in INDEX_CELLS)], wall))
+        )  # fmt: skip
     if "memory" in found:
         header = ["setup", "ranks", "tracked tensor bytes (rank 0)", "peak RSS delta"]
         rows = [[r["setup"], r["world"], fmt_bytes(sum(r["bytes"].values())), fmt_bytes(r["peak_rss_delta"])]
                 for r in found["memory"]["results"] if r["precision"] == "bf16-mixed"]  # fmt: skip
         parts.append("## Memory per rank (bf16-mixed)\n\n" + md_table(header, rows))
     for name in ("discovery", "memory", "memory-real", "numerics", "audit"):
-        if name in found and found[name]["findings"]:
-            parts.append(f"## {PAGES[name]}\n\n" + "\n".join(f"- {f}" for f in found[name]["findings"]))
+        if name in found and (said := benchmark_pages.findings(found[name])):
+            parts.append(f"## {PAGES[name]}\n\n" + "\n".join(f"- {f}" for f in said))
     parts.append(_gpu_section(found, out))
     total = sum(d["duration_s"] for d in found.values() if d["machine"].get("gpu") is None)
     parts.append(
@@ -199,8 +215,7 @@ def _overhead_reading(name: str, d: dict[str, Any]) -> list[str]:
         ):
             w, c = e["wall"]["ratios"].get(key), e["cpu"]["ratios"].get(key)
             if w and c:
-                sentences.append(f"{label}: wall {fmt_ratio(w)}, {_verdict_words(w)}; CPU time {fmt_ratio(c)}, "
-                                 f"{_verdict_words(c)}")  # fmt: skip
+                sentences.append(f"{label}: wall {fmt_ratio(w)}; CPU time {fmt_ratio(c)}")
         skipped = (d["config"].get("builtin_skips") or {}).get(precision)
         skip = (
             f" The built-in does less work here on a CPU: {skipped}. The like-for-like figures are ours / "
@@ -223,8 +238,7 @@ def _targets(found: dict[str, Any]) -> list[str]:
     for name in ("overhead-fsdp", "overhead-deepspeed"):
         hooks = (found.get(name) or {}).get("hooks") or {}
         if hooks:
-            over = [f"`{p}` {fmt_ratio(h['ours/builtin'])} ({_verdict_words(h['ours/builtin'])})"
-                    for p, h in hooks.items() if h["ours/builtin"]["ratio"] > 1]  # fmt: skip
+            over = [f"`{p}` {fmt_ratio(h['ours/builtin'])}" for p, h in hooks.items() if h["ours/builtin"]["ratio"] > 1]
             us = "; ".join(f"`{p}` {h['us_per_step']['ours']['median']:.1f} vs "
                            f"{h['us_per_step']['builtin']['median']:.1f}" for p, h in hooks.items())  # fmt: skip
             out.append(f"- The plugin's own per-step hooks at most the built-in's at every precision "
@@ -236,13 +250,13 @@ def _targets(found: dict[str, Any]) -> list[str]:
         r = cpu["ours/hand"]
         line = (
             f"- MLP, `fsdp:16-mixed`, ours / hand-written doing the same work (autocast + `GradScaler`), CPU "
-            f"time, at most {TARGET_HAND_16_MIXED}: {fmt_ratio(r)}: {_target(r['ratio'] <= TARGET_HAND_16_MIXED)}."
+            f"time, at most {TARGET_HAND_16_MIXED}: {fmt_ratio(r, 3)}: {_target(r['ratio'] <= TARGET_HAND_16_MIXED)}."
         )
         if "ours/amp" in cpu and "amp/hand" in cpu:
             a, h = cpu["ours/amp"], cpu["amp/hand"]
             line += (f" Split by the Lightning AMP run (the same work in the same Lightning loop): ours / Lightning "
-                     f"AMP {fmt_ratio(a)} ({_verdict_words(a)}), at most {TARGET_HAND_16_MIXED}: "
-                     f"{_target(a['ratio'] <= TARGET_HAND_16_MIXED)}; Lightning AMP / hand-written {fmt_ratio(h)} "
+                     f"AMP {fmt_ratio(a, 3)}, at most {TARGET_HAND_16_MIXED}: "
+                     f"{_target(a['ratio'] <= TARGET_HAND_16_MIXED)}; Lightning AMP / hand-written {fmt_ratio(h, 3)} "
                      "(Lightning's loop alone).")  # fmt: skip
         out.append(line)
     real = [n for n, (_b, m) in OVERHEAD.items() if m != "mlp" and n in found]
@@ -259,7 +273,7 @@ def _targets(found: dict[str, Any]) -> list[str]:
                 continue
             ok = r["ci95"][0] <= 1 <= r["ci95"][1] and r["ci95"][1] <= TARGET_REAL_UPPER
             out.append(f"- {PAGES[name]}, `{precision}`, {words}, step time (wall): the interval includes 1 and its "
-                       f"upper end is at most {TARGET_REAL_UPPER}: {fmt_ratio(r)}: {_target(ok)}."
+                       f"upper end is at most {TARGET_REAL_UPPER}: {fmt_ratio(r, 3)}: {_target(ok)}."
                        + because)  # fmt: skip
     mem = {(r["model"], r["setup"], r["precision"]): r for r in (found.get("memory-real") or {}).get("results", [])}
     for model, label in DECODER_LABELS.items():
@@ -281,8 +295,14 @@ def analysis(found: dict[str, Any], dropped: list[str]) -> str:
     parts = [
         "# Reading the results\n",
         "Generated from the JSON results in this folder by `tools/docgen/benchmark_index.py`: every number and verdict "
-        "below is computed from them. A ratio is called slower or faster only when its whole 95% interval is on one "
-        "side of 1 and every interleaved round agrees; otherwise it is the same within the spread.\n",
+        "below is computed from them. Each result's own page has its tables and chart.\n",
+        reading(
+            benchmark_pages.RATIO + " Each comparison is given in wall time and in CPU time per step.",
+            INTERVAL,
+            VERDICTS,
+            CPU_TIME,
+        )
+        + "\n",
     ]
     if known:
         parts.append(f"The machine's 1-minute load average ranged from {min(known)} to {max(known)} across the "
@@ -297,8 +317,40 @@ def analysis(found: dict[str, Any], dropped: list[str]) -> str:
     for name in ("memory", "memory-real", "numerics", "discovery", "audit"):
         if name in found:
             parts.append(f"## {PAGES[name]}\n")
-            parts += [f"- {f}" for f in found[name]["findings"]] or ["- Nothing beyond the tables."]
+            parts += [f"- {f}" for f in benchmark_pages.findings(found[name])] or ["- Nothing beyond the tables."]
             parts.append("")
     if dropped:
         parts += ["## Left out\n", *(f"- {line}" for line in dropped)]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def redraw(out: Path) -> list[Path]:
+    """Every result in ``out`` of the current harness schema drawn again from its JSON, measuring nothing: its page and
+    chart (:func:`tools.docgen.benchmark_pages.write`), the ``findings`` its JSON stores brought up to the current
+    wording (nothing else in the JSON changes), then ``index.md`` and ``analysis.md`` (:func:`write`). Returns the
+    paths written."""
+    found, _dropped = load(out)  # a result of an older schema keeps its page; write() lists it as left out
+    written = []
+    for name, d in found.items():
+        said = benchmark_pages.findings(d)
+        if d.get("findings") != said:
+            d["findings"] = said
+            (out / f"{name}.json").write_text(json.dumps(d, indent=1) + "\n")  # as bench.report.save writes it
+            written.append(out / f"{name}.json")
+        written += benchmark_pages.write(out, name)
+    return [*written, write(out), out / "analysis.md"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write a results folder's index.md and analysis.md from its JSON; "
+                                     "--redraw: every result's page and chart too. Measures nothing.")  # fmt: skip
+    parser.add_argument("folder", type=Path, nargs="?", default=freshness.ROOT / "docs" / "benchmarks")
+    parser.add_argument("--redraw", action="store_true", help="draw every result's page and chart again from its JSON")
+    args = parser.parse_args(argv)
+    paths = redraw(args.folder) if args.redraw else [write(args.folder), args.folder / "analysis.md"]
+    print("\n".join(map(str, paths)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

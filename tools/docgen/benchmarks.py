@@ -1,5 +1,5 @@
-"""The benchmarks summary leads with its charts: each committed benchmark's chart, with what its run found (the
-result file's ``findings``, written by the benchmark from its numbers), ahead of the tables.
+"""The benchmarks summary leads with its charts: each committed benchmark's chart, with what its run found
+(:func:`tools.docgen.benchmark_pages.findings`, from the result file's numbers), ahead of the tables.
 
 docs/benchmarks/index.md is written by ``benchmarks/run.py --update-docs``; the site's copy gets this section
 after its title (``on_site`` runs in the mkdocs-gen-files script, tools/docgen/site.py). That section also says,
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tools import bench_freshness as freshness  # standard library and git only
-from tools.docgen import ROOT, md_escape
+from tools.docgen import ROOT, benchmark_pages, md_escape
 
 BENCHMARKS = {
     "overhead-fsdp": "Step time, FSDP2: ours against Lightning's built-in and a hand-written loop",
@@ -43,15 +43,12 @@ def _diverged(result: Path) -> list[str]:
 
 
 def _overhead_verdict(findings: list[str]) -> str:
-    """One sentence from an overhead benchmark's findings: where ours differs from Lightning's built-in."""
-    against_builtin = [re.sub(r":\s*(slower|faster) beyond.*", r" (\1)", f) for f in findings if "ours/builtin" in f]
+    """One sentence from an overhead benchmark's findings: where ours differs from Lightning's built-in (each finding
+    without the table or chart it names on its own page)."""
+    against_builtin = [re.sub(r" \([^()]*\)$", "", f) for f in findings if " ours/builtin " in f]
     if not against_builtin:
-        return "Against Lightning's built-in: the same within the 95% interval at every precision."
-    return (
-        "Against Lightning's built-in: the same within the 95% interval, in every round, except "
-        + "; ".join(md_escape(f) for f in against_builtin)
-        + "."
-    )
+        return "Ours / Lightning's built-in: no ratio is faster or slower at any precision."
+    return "Ours / Lightning's built-in: faster or slower at " + "; ".join(md_escape(f) for f in against_builtin) + "."
 
 
 def _stale(problem: freshness.Problem) -> str:
@@ -82,7 +79,9 @@ def glance(folder: Path = ROOT / "docs" / "benchmarks", root: Path = ROOT) -> st
         result = folder / f"{name}.json"
         if not result.is_file():
             continue
-        findings = json.loads(result.read_text(encoding="utf-8")).get("findings") or []
+        data = json.loads(result.read_text(encoding="utf-8"))
+        # from the numbers, in the current wording; a result file without them has only what it stored
+        findings = benchmark_pages.findings(data) if "results" in data else data.get("findings") or []
         out.append(f"### [{title}]({name}.md)\n")
         if name in stale:
             out.append(f"- {_stale(stale[name])}")

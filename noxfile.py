@@ -7,6 +7,7 @@
     nox -s compat_table -- --update-docs   rewrite the tracked docs/compatibility.md and the package READMEs' rows
     nox -s bump -- precision-fsdp minor    rewrite the tracked version file and CHANGELOG.md of one package
     nox -s clean [-- --caches]             remove .nox venvs and build/ (and empty pip's and uv's caches)
+    nox -s gpu_kit [-- TARGET.toml]        wheels for a GPU node without network into build/gpu-kit/
 
 The packages come from ``[tool.precision-plugins]`` in pyproject.toml (tools/packages.py); the matrix axes, the
 CI cell and extra cells from tools/matrix.toml (tools/matrix.py). Each cell writes build/matrix/reports/<cell>.json.
@@ -122,7 +123,8 @@ def tools(session: nox.Session) -> None:
     """The repository tooling's tests (tools/tests): package list, matrix, CI plan, dist checks, version bumps; then
     one warning line per stale benchmark result (a stale result never fails this session: ``nox -s bench -- --check``
     and the release workflow fail on it)."""
-    session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch", "uv")  # uv: lowest-*
+    # uv: lowest-*; matplotlib: the benchmark pages' charts (tools/tests/test_benchmark_pages.py)
+    session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch", "uv", "matplotlib")
     # precision-base alone (no torch): test_package_list_consumers reads the registry's PUBLISHED_DISTRIBUTIONS
     session.install(str(PACKAGES["precision_base"].path))
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider", *session.posargs)
@@ -209,6 +211,16 @@ def gpu(session: nox.Session) -> None:
     results into build/benchmarks/; ``-- --update-docs`` writes docs/benchmarks/gpu.*; ``-- --dry-run``: the plan."""
     env = everything(session, "matplotlib", "scipy", "torchao")
     session.run("python", "benchmarks/gpu_bench.py", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON, venv_backend=LIGHT)
+@venv(light)
+def gpu_kit(session: nox.Session) -> None:
+    """The offline kit for a GPU node without network (tools/gpu_kit.py): build/gpu-kit/ gets the wheels the node
+    lacks and manifest.json; ``-- TARGET.toml`` names the node (default tools/gpu_targets/h200.toml), ``-- --plan``
+    prints the plan only. Refuses a kit above 48 MiB; prints the command that installs it on the node."""
+    session.install("pip", "build", "packaging")
+    session.run("python", "-m", "tools.gpu_kit", *session.posargs)
 
 
 @nox.session(venv_backend="none", tags=["matrix", "table"])

@@ -10,7 +10,8 @@ Every page of the site is loaded from a local server on 127.0.0.1 and checked fo
 * every image loads;
 * the copy button of a code block copies no ``$`` prompt;
 * at 390 px no inline code span breaks inside a name or runs past the text column;
-* no generated table cell shows a Python repr or exception text (a diagnostic is for ``precision-plugins show``);
+* no generated table cell shows a Python repr or exception text (a diagnostic is for ``precision-plugins show``),
+  no reader's page shows an emoji or wording meant for the project's developers, at either width;
 * a full-page screenshot of every page at both widths goes to ``build/docs-screenshots/<width>/`` (or
   ``DOCS_SCREENSHOTS``) for a reviewer to look at.
 
@@ -58,6 +59,9 @@ NOT_FOR_READERS = ("/architecture/", "/releasing/", "/changelog/", "/reference/"
 PYTHON_REPR = re.compile(
     r"\b\w+(?:Error|Exception): |Traceback \(most recent call last\)|\[\s*'[^'\n]*',\s*'|\{'\w+': |<[\w.]+ object at 0x"
 )
+# Emoji need an emoji font the reader may not have (a pass mark then shows as an empty box): pictographs, the
+# emoji-only marks (check, cross, question, exclamation, star, circle) and the emoji presentation selector.
+EMOJI = re.compile("[\U0001f000-\U0001faff\u2705\u274c\u274e\u2753-\u2755\u2757\u2b50\u2b55\ufe0f]")
 SCREENSHOTS = Path(os.environ.get("DOCS_SCREENSHOTS", ROOT / "build" / "docs-screenshots"))
 RAW_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|exc|mod|data|obj|const|ref):`?|={6,} +={3,}")
 
@@ -260,6 +264,7 @@ def measure_site(site: Path, width: int = WIDTH) -> dict[str, dict[str, Any]]:
                 data["python_repr"] = sorted(set(m.group(0) for m in PYTHON_REPR.finditer(data.pop("table_text"))))
                 text = data.pop("text")
                 data["internal"] = sorted(set(INTERNAL.findall(text)))
+                data["emoji"] = sorted(set(EMOJI.findall(text)))
                 data["raw_roles"] = sorted(set(RAW_ROLE.findall(text)))
                 data["raw_role_count"] = len(RAW_ROLE.findall(text))
                 data["console_errors"] = [e for e in errors if not OFFLINE_FONTS.search(e)]
@@ -389,14 +394,13 @@ def test_wide_tables_scroll_with_their_first_column_in_view_at_1280px(measured: 
     _wide_tables_scroll_with_a_sticky_first_column(measured, WIDTH)
 
 
-def test_no_python_repr_or_exception_text_in_tables(measured: dict[str, dict[str, Any]]) -> None:
+def test_no_python_repr_or_exception_text_in_tables(
+    measured: dict[str, dict[str, Any]], measured_on_a_phone: dict[str, dict[str, Any]]
+) -> None:
     """A generated table says things in words: no exception line, traceback, list, dict or object repr in a cell
-    (the dtype table's torchao API path once listed a config's fields). Developers' pages are left out."""
-    found = {
-        page: m["python_repr"]
-        for page, m in measured.items()
-        if m["python_repr"] and not page.startswith(NOT_FOR_READERS)
-    }
+    (the dtype table's torchao API path once listed a config's fields), at both widths. Developers' pages are left
+    out."""
+    found = _at_both_widths(measured, measured_on_a_phone, "python_repr")
     assert not found, f"Python reprs or exception text in tables:\n{_report(found)}"
 
 
@@ -444,13 +448,34 @@ def test_no_raw_sphinx_roles(measured: dict[str, dict[str, Any]]) -> None:
     assert not found, f"raw Sphinx roles shown as text:\n{_report(found)}"
 
 
-def test_no_wording_meant_for_the_projects_developers(measured: dict[str, dict[str, Any]]) -> None:
-    """A reader's page names no issue number, no maintainer, no test that pins something, no test file and no
-    torchao source file: what a page says is for the user reading it."""
-    found = {
-        page: m["internal"] for page, m in measured.items() if m["internal"] and not page.startswith(NOT_FOR_READERS)
+def _at_both_widths(
+    measured: dict[str, dict[str, Any]], measured_on_a_phone: dict[str, dict[str, Any]], key: str
+) -> dict[str, Any]:
+    """``key``'s findings on readers' pages (contributors' pages, changelogs and the API reference left out), at
+    1280 and at 390 px."""
+    return {
+        f"{page} ({width}px)": m[key]
+        for width, pages in ((WIDTH, measured), (PHONE_WIDTH, measured_on_a_phone))
+        for page, m in pages.items()
+        if m[key] and not page.startswith(NOT_FOR_READERS)
     }
+
+
+def test_no_wording_meant_for_the_projects_developers(
+    measured: dict[str, dict[str, Any]], measured_on_a_phone: dict[str, dict[str, Any]]
+) -> None:
+    """A reader's page names no issue number, no maintainer, no test that pins something, no test file and no
+    torchao source file: what a page says is for the user reading it (at both widths)."""
+    found = _at_both_widths(measured, measured_on_a_phone, "internal")
     assert not found, f"wording for the project's developers on readers' pages:\n{_report(found)}"
+
+
+def test_no_emoji_on_readers_pages(
+    measured: dict[str, dict[str, Any]], measured_on_a_phone: dict[str, dict[str, Any]]
+) -> None:
+    """Marks and icons are words or the theme's own icons: an emoji needs a font the reader may not have."""
+    found = _at_both_widths(measured, measured_on_a_phone, "emoji")
+    assert not found, f"emoji on readers' pages:\n{_report(found)}"
 
 
 def test_copy_buttons_skip_prompts(measured: dict[str, dict[str, Any]]) -> None:

@@ -14,6 +14,7 @@ A failed cell stays in the table, marked failing.
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -218,17 +219,47 @@ def package_table(group: list[dict[str, Any]]) -> list[str]:
         lines += ["Why cells failed:", ""]
         lines += [f"- `{c['session']}`: {c.get('reason') or 'see the session log'}" for c in failing]
         lines.append("")
-    reasons: dict[str, list[str]] = {}
+    reasons = skip_reasons(group)
+    if reasons:
+        lines += ["Why tests were skipped (the cells where each reason applied):", ""]
+        lines += [f"- {reason} ({cells} of {len(group)} cells)" for reason, cells in reasons]
+        lines.append("")
+    return lines
+
+
+_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?(?:\+\w+)?")
+
+
+def _numbers(version: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", version)]
+
+
+_REPO_PATH = re.compile(r"\s*\((?:tools|packages|tests-integration|docs|benchmarks)/[^)]*\)")
+
+
+def skip_reasons(group: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """Each reason tests were skipped for in ``group``, as a reader reads it, with the number of cells it applied
+    in: reasons that differ only in a version number are one line naming each version ("torch 2.4.0+cu121 or
+    2.4.1+cu121"), and a repository path in parentheses (where a developer looks) is left out."""
+    merged: dict[str, tuple[list[list[str]], set[str]]] = {}
     for cell in group:
         tests = cell.get("tests") or {}
         for part in ("unit", "fit"):
             for reason in (tests.get(part) or {}).get("skip_reasons", []):
-                reasons.setdefault(reason, []).append(_cell_label(cell["requested"]))
-    if reasons:
-        lines += ["Why tests were skipped (the cells where each reason applied):", ""]
-        lines += [f"- {reason} ({len(where)} of {len(group)} cells)" for reason, where in reasons.items()]
-        lines.append("")
-    return lines
+                text = _REPO_PATH.sub("", reason)
+                versions = _VERSION.findall(text)
+                slots, cells = merged.setdefault(_VERSION.sub("\0", text), ([[] for _ in versions], set()))
+                for slot, version in zip(slots, versions, strict=True):
+                    if version not in slot:
+                        slot.append(version)
+                cells.add(_cell_label(cell["requested"]))
+    out = []
+    for key, (slots, cells) in merged.items():
+        parts = key.split("\0")
+        filled = (" or ".join(sorted(slot, key=_numbers)) + rest for slot, rest in zip(slots, parts[1:], strict=True))
+        text = parts[0] + "".join(filled)
+        out.append((text, len(cells)))
+    return out
 
 
 README_MARK = "<!-- compatibility:start"

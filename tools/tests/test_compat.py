@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.compat import README_END, README_START, first_failures, junit_counts, row_order, update_readme, write
+from tools.compat import (
+    README_END,
+    README_START,
+    first_failures,
+    junit_counts,
+    row_order,
+    skip_reasons,
+    update_readme,
+    write,
+)
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="1" skipped="3" tests="6">
@@ -143,3 +152,21 @@ def test_the_committed_compatibility_page_is_what_its_data_renders_to() -> None:
     assert (docs / "compatibility.md").read_text(encoding="utf-8") == render_markdown(data["cells"], data["meta"]), (
         "docs/compatibility.md is stale: rewrite it from docs/compatibility.json with tools.compat.render_markdown"
     )
+
+
+def test_skip_reasons_that_differ_only_by_version_are_one_line_without_repository_paths() -> None:
+    def cell(torch: str, reasons: list[str]) -> dict[str, object]:
+        unit = {"passed": 1, "failed": 0, "skipped": len(reasons), "xfailed": 0, "skip_reasons": reasons}
+        return {"requested": {"torch": torch}, "tests": {"unit": unit}}
+
+    older = "FSDP2 on CPU needs a newer torch: torch {}'s FSDP2 creates CUDA streams"
+    inside = "needs precision-fsdp installed: runs in its cells (tools/matrix.toml [tests])"
+    group = [
+        cell("2.4.1", [older.format("2.4.1+cu121"), inside]),
+        cell("2.4.0", [older.format("2.4.0+cu121"), inside]),
+        cell("2.13", [inside]),
+    ]
+    assert skip_reasons(group) == [
+        ("FSDP2 on CPU needs a newer torch: torch 2.4.0+cu121 or 2.4.1+cu121's FSDP2 creates CUDA streams", 2),
+        ("needs precision-fsdp installed: runs in its cells", 3),
+    ]

@@ -35,6 +35,9 @@ NAMESPACES: Final[tuple[str, ...]] = DOORS["Trainer"].namespaces
 FABRIC_NAMESPACES: Final[tuple[str, ...]] = DOORS["Fabric"].namespaces
 """Fabric's two namespaces, recognised by [`namespace_of`][precision_base.namespaces.namespace_of]."""
 
+ALL_NAMESPACES: Final[tuple[str, ...]] = NAMESPACES + FABRIC_NAMESPACES
+"""Every Lightning namespace of every door."""
+
 _UNIFIED_TO_STANDALONE: Final = {"lightning.pytorch": "pytorch_lightning", "lightning.fabric": "lightning_fabric"}
 _STANDALONE_TO_UNIFIED: Final = {v: k for k, v in _UNIFIED_TO_STANDALONE.items()}
 _TOKENS: Final = {
@@ -52,7 +55,8 @@ _lock = threading.RLock()
 _cache: dict[tuple[type, str], type] = {}
 
 
-def _namespace_of_module(module: str, candidates: tuple[str, ...]) -> Optional[str]:
+def namespace_of_module(module: str, candidates: tuple[str, ...]) -> Optional[str]:
+    """The namespace of ``candidates`` that the module named ``module`` is (or is inside); ``None`` for none."""
     for namespace in candidates:
         if module == namespace or module.startswith(namespace + "."):
             return namespace
@@ -70,7 +74,7 @@ def namespace_of(obj: Any) -> Optional[str]:
     modules = [klass.__module__ for klass in cls.__mro__]
     for candidates in (NAMESPACES, FABRIC_NAMESPACES):
         for module in modules:
-            found = _namespace_of_module(module, candidates)
+            found = namespace_of_module(module, candidates)
             if found is not None:
                 return found
     return None
@@ -177,8 +181,8 @@ def for_namespace(plugin_class: type, namespace: str) -> type:
             [`FABRIC_NAMESPACES`][precision_base.namespaces.FABRIC_NAMESPACES].
         ImportError: the Lightning package of ``namespace`` is not installed.
     """
-    if namespace not in NAMESPACES + FABRIC_NAMESPACES:
-        raise ValueError(f"namespace must be one of {NAMESPACES + FABRIC_NAMESPACES}, got {namespace!r}")
+    if namespace not in ALL_NAMESPACES:
+        raise ValueError(f"namespace must be one of {ALL_NAMESPACES}, got {namespace!r}")
     current = namespace_of(plugin_class)
     if current is None or current == namespace:
         return plugin_class
@@ -235,4 +239,12 @@ if not any(isinstance(finder, _RebuiltFinder) for finder in sys.meta_path):
     sys.meta_path.insert(0, _RebuiltFinder())
 
 
-__all__ = ["FABRIC_NAMESPACES", "NAMESPACES", "for_namespace", "lightning_root", "namespace_of"]
+__all__ = [
+    "ALL_NAMESPACES",
+    "FABRIC_NAMESPACES",
+    "NAMESPACES",
+    "for_namespace",
+    "lightning_root",
+    "namespace_of",
+    "namespace_of_module",
+]

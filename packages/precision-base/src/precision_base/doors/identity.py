@@ -19,10 +19,7 @@ from typing import Any, Optional
 from precision_base._compat import caller_frames
 from precision_base.door_table import DOORS, Door, door_of_namespace, other_door
 from precision_base.errors import PrecisionPluginError, WrongDoorError
-from precision_base.namespaces import door_of, namespace_of
-
-NAMESPACES = tuple(n for facts in DOORS.values() for n in facts.namespaces)
-"""Every Lightning namespace of every door."""
+from precision_base.namespaces import ALL_NAMESPACES, door_of, namespace_of, namespace_of_module
 
 
 def _class_path(plugin: Any, door: Door) -> str:
@@ -80,7 +77,7 @@ def _calling_door(depth: int) -> tuple[Optional[Door], str]:
     in it the call came from (``"Fabric.setup()"``, ``"lightning.pytorch.strategies.model_parallel (setup)"``).
     The frames come from `precision_base._compat.caller_frames` (``sys._getframe``, fenced there)."""
     for module, function in caller_frames(depth + 1, 8):
-        door = door_of_namespace(next((n for n in NAMESPACES if module == n or module.startswith(n + ".")), None))
+        door = door_of_namespace(namespace_of_module(module, ALL_NAMESPACES))
         if door is not None:
             shown = f"Fabric.{function}()" if module.endswith(".fabric") else f"{module} ({function})"
             return door, shown

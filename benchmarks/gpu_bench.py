@@ -27,7 +27,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from importlib.util import find_spec
@@ -110,8 +109,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     report.output_options(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; needs no GPU")
     parser.add_argument("--fp8", action="store_true", help="the fp8 section only (same as --sections fp8)")
+    parser.add_argument("--only", default=None, help="the same as --sections (rerun a part)")
     args = parser.parse_args(argv)
-    args.sections = report.choose(parser, "section", "fp8" if args.fp8 else args.sections, SECTIONS)
+    chosen = "fp8" if args.fp8 else args.only or args.sections
+    args.sections = report.choose(parser, "section", chosen, SECTIONS)
     args.setups = report.choose(parser, "setup", args.setups, SETUPS)
     if args.steps < 2 or args.warmup < 0 or args.budget_s <= 0:
         parser.error("--steps must be at least 2, --warmup at least 0 and --budget-s positive")
@@ -303,8 +304,9 @@ def main(argv: list[str] | None = None) -> int:
             p["budget_s"]["fits"] += p["budget_s"].pop("fp8")
     config = {"plan": p, "rounds": args.rounds, "peak_tflops": peak_tflops(name, args.peak_tflops),
               "fp8_problem": fp8_problem, "gpus": 1}  # fmt: skip
-    journal = Path(tempfile.mkdtemp(prefix="gpu-bench-")) / "journal.jsonl"
-    journal.touch()
+    args.out.mkdir(parents=True, exist_ok=True)
+    journal = args.out / "gpu-journal.jsonl"  # beside the report: a run stopped early keeps every finished fit
+    journal.write_text("")
     env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
     failure = None
     try:

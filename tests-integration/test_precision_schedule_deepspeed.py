@@ -1,6 +1,6 @@
 """``PrecisionSchedule`` on DeepSpeed: refused at ``setup`` with the reason, in a real DeepSpeed Trainer (CPU).
 
-DeepSpeed fixes the precision when ``deepspeed.initialize`` builds the engine (``precision_deepspeed.switch``), so
+DeepSpeed fixes the precision when ``deepspeed.initialize`` builds the engine (``precision_deepspeed.schedule``), so
 the schedule's check at ``setup`` (before the engine is built, before any step) refuses the run, naming why.
 """
 

@@ -19,9 +19,8 @@ holds what a GPU run (``benchmarks/gpu_bench.py``) needs and the node lacks, and
    target, the commit, the total, the assumed requirements and conflicts, the node command);
 4. a kit above :data:`LIMIT` (48 MiB: the working tree that travels must stay under 64 MiB) is refused, naming its
    largest files (:func:`too_big`), and gets no manifest;
-5. the node command is printed (:func:`node_command`): the pip line that installs the kit there into
-   ``build/gpu-kit/site``. The node script that runs it with the target's checks (``tools/gpu_node.sh``, issue 29
-   item 2) is to come.
+5. the node command is printed (:data:`NODE_RUN`): ``tools/gpu_node.sh`` installs the kit there with
+   :func:`node_command`'s pip line (into ``build/gpu-kit/site``), runs the target's checks and then the GPU run.
 
 ``python -m tools.gpu_kit --plan [TARGET.toml]`` prints step 1 and the target's facts; no network, nothing written.
 The network and subprocess steps are the thin functions at the end; everything above them is pure.
@@ -355,6 +354,10 @@ def too_big(entries: list[dict[str, Any]], limit: int = LIMIT, shown: int = 5) -
     )
 
 
+NODE_RUN = 'bash tools/gpu_node.sh "$OUT"'
+"""The node command, from the repository's root there (``$OUT``: the folder whose files come back)."""
+
+
 def node_command(kit: Path, root: Path = ROOT) -> str:
     """What installs the kit on the node, from the repository's root there (pip, offline, into ``<kit>/site``)."""
     rel = kit.relative_to(root) if kit.is_relative_to(root) else kit
@@ -476,8 +479,8 @@ def make_kit(target: Target, out: Path = KIT, root: Path = ROOT) -> list[dict[st
     for line in [*(f"conflict: {c}" for c in done.conflicts), *(f"assumed: {a}" for a in done.assumed)]:
         print(f"  {line}")
     print(f"on the node, from the repository's root (the run carries {where}, an ignored folder):")
-    print(f"  {kit['install']}")
-    print("  (tools/gpu_node.sh, issue 29 item 2, is to come: the target's [checks], then this line)")
+    print(f"  {NODE_RUN}")
+    print(f"  (tools/gpu_node.sh installs the kit with: {kit['install']}; then the target's checks, then the run)")
     return entries
 
 

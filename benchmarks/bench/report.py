@@ -76,6 +76,14 @@ def compare(rounds: dict[str, list[list[float]]], pairs: Iterable[tuple[str, str
     return {v: summarize(ts) for v, ts in pooled.items()}, ratios
 
 
+def _git(*args: str) -> str:
+    """``git``'s output in the repository, or "" where there is no git (a GPU node) or no repository."""
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout
+    except OSError:
+        return ""
+
+
 def machine_info() -> dict[str, Any]:
     """CPU, cores, memory, versions, commit, load, time and command: recorded with every result."""
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
@@ -83,16 +91,15 @@ def machine_info() -> dict[str, Any]:
     flags = next((ln.split(":", 1)[1].split() for ln in cpuinfo.splitlines() if ln.startswith("flags")), [])
     installed: dict[str, str] = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
     versions = {"python": platform.python_version(), **{d: installed.get(d) for d in VERSIONS}}
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *MEASURED], capture_output=True,
-                           text=True).stdout.splitlines()  # fmt: skip
+    commit = os.environ.get("PRECISION_PLUGINS_COMMIT") or _git("rev-parse", "HEAD").strip()  # the kit's on a node
+    dirty = _git("status", "--porcelain", "--", *MEASURED).splitlines()
     return {
         "cpu_model": model or platform.processor(),
         "cpu_flags": [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16") if f in flags],
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "versions": versions,
-        "git_commit": commit.stdout.strip() or None,
+        "git_commit": commit or None,
         "uncommitted_measured_files": [line[3:] for line in dirty],
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

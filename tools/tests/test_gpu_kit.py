@@ -271,7 +271,7 @@ def test_the_kit_folder_gets_the_wheels_a_manifest_list_and_kit_json(
     assert kit["target"] == "tools/gpu_targets/h200.toml"
     printed = capsys.readouterr().out
     assert "python3 -m pip install -q --no-index --no-deps" in printed
-    assert "tools/gpu_node.sh, issue 29 item 2, is to come" in printed
+    assert 'bash tools/gpu_node.sh "$OUT"' in printed
 
     monkeypatch.setattr(gpu_kit, "LIMIT", 100)
     with pytest.raises(SystemExit, match=r"gpu_kit: refused: the kit is .* above its 0 KiB limit"):

@@ -156,7 +156,7 @@ def test_user_config_that_contradicts_names_both_values(namespace: str) -> None:
 @pytest.mark.parametrize("namespace", NAMESPACES)
 def test_a_user_bf16_section_still_contradicts_torch_autocast(namespace: str) -> None:
     if not deepspeed_has_torch_autocast():
-        pytest.skip("the installed DeepSpeed has no torch_autocast section")
+        pytest.skip("the installed DeepSpeed has no torch_autocast config section")
     pl = _lightning(namespace)
     strategy = pl.strategies.DeepSpeedStrategy(config={"bf16": {"enabled": True}})
     with pytest.raises(DeepSpeedConfigConflictError, match=r"bf16\.enabled=True \(the plugin needs False\)"):
@@ -188,7 +188,7 @@ def test_user_clip_value_against_the_trainers(namespace: str) -> None:
 def test_cpu_strategy_writes_the_section_before_lightning(namespace: str) -> None:
     """Our CPU strategy writes the section before Lightning's defaults: Lightning then writes no bf16 default."""
     if not deepspeed_has_torch_autocast():
-        pytest.skip("the installed DeepSpeed has no torch_autocast section")
+        pytest.skip("the installed DeepSpeed has no torch_autocast config section")
     strategy = for_namespace(DeepSpeedCPUStrategy, namespace)()
     plugin = _plugin(namespace, "bf16-mixed", torch_autocast=True)
     config = final_config(namespace, plugin, strategy, gradient_clip_val=0.25)

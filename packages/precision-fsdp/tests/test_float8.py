@@ -49,7 +49,7 @@ def test_fp8_options_only_for_fp8() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without an FP8 GPU")
 def test_no_fp8_hardware_is_an_error_outside_emulation() -> None:
-    pytest.importorskip("torchao.float8")
+    pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
     plugin = FSDPPrecision("fp8-tensorwise")
     with pytest.raises(Float8UnavailableError, match=r"needs a GPU with FP8 \(CUDA compute capability 8\.9 or newer\)"):
         plugin.configure_strategy("auto", accelerator="cpu", devices=2)
@@ -112,7 +112,7 @@ def test_default_choice_skips_first_last_and_odd_dims() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="emulation on a machine without FP8")
 def test_keep_fp32_modules_are_never_converted() -> None:
-    pytest.importorskip("torchao.float8")
+    pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
     model = nn.Sequential(*(nn.Linear(32, 32) for _ in range(4)))
     plugin = FSDPPrecision("fp8-tensorwise", fp8_emulate=True, keep_fp32=("2",))
     plugin.prepare_for_sharding(model)
@@ -125,7 +125,7 @@ def test_keep_fp32_modules_are_never_converted() -> None:
 def test_sub_module_sharded_first_converts_nothing_and_is_refused() -> None:
     """Sharding a 2-Linear block before the whole model: the block's first and last Linear stay high precision, so
     nothing is converted; setup refuses instead of training silently without float8."""
-    pytest.importorskip("torchao.float8")
+    pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
     with process_group():
         model = nn.Sequential(nn.Linear(32, 32), nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32)), nn.Linear(32, 8))
         plugin = FSDPPrecision("fp8-tensorwise", fp8_emulate=True)

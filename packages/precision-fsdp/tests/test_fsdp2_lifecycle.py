@@ -157,7 +157,7 @@ def test_fp8_converts_the_whole_model_when_a_part_is_sharded_first(cpu_mesh: Any
     """What FSDP2Strategy does before configure_model: ``expect_model(lightning_module)``. The counterpart without
     it (nothing converted, refused) is test_float8.py::test_sub_module_sharded_first_converts_nothing_and_is_refused.
     """
-    pytest.importorskip("torchao.float8")
+    pytest.importorskip("torchao.float8", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
     model = nn.Sequential(nn.Linear(32, 32), nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32)), nn.Linear(32, 8))
     plugin = FSDPPrecision("fp8-tensorwise", fp8_emulate=True)
     plugin.expect_model(model)

@@ -81,7 +81,7 @@ def test_setup_refuses_before_any_step(case: str) -> None:
 
 
 def test_switching_from_fp8_to_another_fp8_is_refused_with_the_reason() -> None:
-    pytest.importorskip("torchao")
+    pytest.importorskip("torchao", reason='torchao is not installed (pip install "precision-fsdp[fp8]")')
     schedule = PrecisionSchedule({0: "fsdp:fp8-tensorwise", 2: "fsdp:fp8-rowwise"})
     plugin = precision_base.resolve("fsdp:fp8-tensorwise", fp8_emulate=True)
     trainer = precision_base.Trainer(

@@ -26,7 +26,7 @@ from precision_base.numerics import UnderflowCheck
 from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowWatch
 from precision_base.plugin_support import precision_dtype
 from precision_base.spec import PRECISIONS
-from precision_deepspeed import _compat, switch
+from precision_deepspeed import _compat, schedule
 from precision_deepspeed.config import (
     LossScaling,
     check_precision_options,
@@ -319,8 +319,8 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         self, precision: str, strategy: Any = None, current: Optional[str] = None
     ) -> Optional[str]:
         """Why this plugin cannot switch to ``precision`` during a run: DeepSpeed's engine fixes the precision when
-        ``deepspeed.initialize`` builds it ([`precision_deepspeed.switch.REASON`][])."""
-        return switch.problem(self.precision if current is None else current, precision)
+        ``deepspeed.initialize`` builds it ([`precision_deepspeed.schedule.REASON`][])."""
+        return schedule.problem(self.precision if current is None else current, precision)
 
     def switch_precision(self, precision: str, model: Any = None) -> None:
         """Refused: see
@@ -329,7 +329,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         Raises:
             DeepSpeedPrecisionError: always, for another precision than this one.
         """
-        reason = switch.problem(self.precision, precision)
+        reason = schedule.problem(self.precision, precision)
         if reason is not None:
             raise self._error(DeepSpeedPrecisionError)(f"{self.spec} -> deepspeed:{precision}: {reason}")
 

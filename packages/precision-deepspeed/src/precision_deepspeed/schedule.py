@@ -23,11 +23,11 @@ REASON: Final[str] = (
     "Train under one DeepSpeed precision per run (a new run under another one can load the weights only: the "
     "optimizer state is saved in its precision mode's layout), or use FSDP2 (fsdp:*), which switches mid-run"
 )
-"""What [`problem`][precision_deepspeed.switch.problem] answers for every target."""
+"""What [`problem`][precision_deepspeed.schedule.problem] answers for every target."""
 
 
 def problem(current: str, precision: str) -> Optional[str]:
     """Why a DeepSpeed run under ``current`` cannot switch to ``precision``: always
-    [`REASON`][precision_deepspeed.switch.REASON] (``None`` only for
+    [`REASON`][precision_deepspeed.schedule.REASON] (``None`` only for
     a switch to the same precision)."""
     return None if precision == current else REASON

@@ -123,10 +123,10 @@ def tools(session: nox.Session) -> None:
     """The repository tooling's tests (tools/tests): package list, matrix, CI plan, dist checks, version bumps; then
     one warning line per stale benchmark result (a stale result never fails this session: ``nox -s bench -- --check``
     and the release workflow fail on it)."""
-    # uv: lowest-*; matplotlib: the benchmark pages' charts (tools/tests/test_benchmark_pages.py); scipy: the GPU
-    # run's report module, imported by its --dry-run (tools/tests/test_gpu_node.py)
+    # uv: lowest-*; matplotlib: the benchmark pages' charts (tools/tests/test_benchmark_pages.py); scipy and pip:
+    # the GPU node's command, which installs with pip and imports the GPU run's report (tools/tests/test_gpu_node.py)
     session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch", "uv", "matplotlib")
-    session.install("scipy")
+    session.install("scipy", "pip")
     # precision-base alone (no torch): test_package_list_consumers reads the registry's PUBLISHED_DISTRIBUTIONS
     session.install(str(PACKAGES["precision_base"].path))
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider", *session.posargs)

@@ -110,6 +110,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; needs no GPU")
     parser.add_argument("--fp8", action="store_true", help="the fp8 section only (same as --sections fp8)")
     parser.add_argument("--only", default=None, help="the same as --sections (rerun a part)")
+    parser.add_argument("--no-index", action="store_true", help="no index pages beside the report (the GPU node)")
     args = parser.parse_args(argv)
     chosen = "fp8" if args.fp8 else args.only or args.sections
     args.sections = report.choose(parser, "section", chosen, SECTIONS)
@@ -264,10 +265,11 @@ def analyse(records: list[dict[str, Any]], m8: dict[str, int], peak: float | Non
 
 
 def write_report(out: Path, results: dict[str, Any], machine: dict[str, Any], config: dict[str, Any],
-                 start: float) -> list[Path]:  # fmt: skip
-    """``gpu.json``, ``gpu.md`` and ``gpu.png`` in ``out`` (then the folder's index pages)."""
+                 start: float, index: bool = True) -> list[Path]:  # fmt: skip
+    """``gpu.json``, ``gpu.md`` and ``gpu.png`` in ``out`` (then, with ``index``, the folder's index pages)."""
     paths = report.save(out, "gpu", start, quick=False, machine=machine, config=config, results=results)
-    benchmark_index.write(out)
+    if index:
+        benchmark_index.write(out)
     return paths
 
 
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     records = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
     results = analyse(records, p["fp8_model"], config["peak_tflops"])
     results["run_failure"] = failure
-    paths = write_report(args.out, results, {**report.machine_info(), "gpu": name}, config, start)
+    paths = write_report(args.out, results, {**report.machine_info(), "gpu": name}, config, start, not args.no_index)
     print(f"gpu_bench: {time.perf_counter() - start:.0f} s -> {paths[0]}" + (f" ({failure})" if failure else ""))
     return 1 if failure or results["errors"] else 0
 

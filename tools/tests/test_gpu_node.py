@@ -66,6 +66,8 @@ def test_the_node_command_installs_the_kit_checks_the_node_and_plans_the_run(tmp
     assert "difference: packaging" not in log  # "*": any version
     assert "gpu_node: check there: yes" in log
     assert "gpu_node: check absent: no (exit 3)" in log
+    assert "gpu_node: tests (not run: --dry-run): " in log
+    assert "-m pytest -m gpu" in log
     assert "gpu_bench plan:" in log
     assert f"results into {out}" in log
     assert "gpu_node: finished with exit status 0" in log
@@ -88,3 +90,15 @@ def test_the_printed_node_command_fits_one_device_call() -> None:
     assert len(gpu_kit.NODE_RUN) <= 2000
     assert gpu_kit.NODE_RUN.startswith("bash tools/gpu_node.sh ")
     assert SCRIPT.is_file()
+
+
+def test_only_picks_the_parts_tests_being_the_scripts_own(tmp_path: Path, kit: Path) -> None:
+    done, _, _ = run_node(tmp_path, kit, "--only", "fits", "--dry-run")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gpu_node: tests" not in done.stdout
+    assert "gpu_bench plan:" in done.stdout
+    assert "0 fp8 fits" in done.stdout
+    done, _, _ = run_node(tmp_path, kit, "--only", "tests", "--dry-run")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gpu_node: tests (not run: --dry-run)" in done.stdout
+    assert "gpu_bench" not in done.stdout

@@ -49,6 +49,10 @@ def run_example(name: str, cwd: Path, *args: str, **extra_env: str) -> str:
         ("pytorch_lightning_trainer.py", ["True fsdp:bf16-mixed"]),
         ("quick_fabric.py", ["FSDP2Strategy FSDPPrecision loss"]),
         (
+            "measure_model.py",
+            ["reference fsdp:32-true", "picked: fsdp:", "fsdp:bf16-true"],
+        ),
+        (
             "deepspeed_config.py",
             [
                 "stage 3 bf16 {'enabled': True}",

@@ -37,6 +37,7 @@ from precision_base.errors import (
     RegistrationError,
     SpecTypeError,
     TrainerConfigurationError,
+    TuneTargetError,
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from precision_base.monitor import PrecisionMonitor
     from precision_base.schedule import PrecisionSchedule
     from precision_base.trainer import Trainer
+    from precision_base.tune import tune_precision
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -95,6 +97,7 @@ __all__ = [
     "SpecTypeError",
     "Trainer",
     "TrainerConfigurationError",
+    "TuneTargetError",
     "UnknownBackendError",
     "UnsupportedPrecisionError",
     "__version__",
@@ -111,6 +114,7 @@ __all__ = [
     "registered",
     "resolve",
     "resolve_fabric",
+    "tune_precision",
     "unregister",
 ]
 
@@ -129,5 +133,6 @@ __getattr__, __dir__ = lazy_exports(
         "PrecisionAudit": "precision_base.audit",
         "audit_fabric_steps": "precision_base.audit",
         "PrecisionSchedule": "precision_base.schedule",
+        "tune_precision": "precision_base.tune",
     },
 )

@@ -25,6 +25,7 @@ from precision_base.errors import PluginRequirementError, PrecisionPluginError
 from precision_base.registry import default_registry, get_entry, list_plugins, resolve
 from precision_base.registry.discovery import DISABLE_ENV_VAR, ENTRY_POINT_GROUP, IN_PROCESS
 from precision_base.registry.statuses import PluginEntry, broken_extras
+from precision_base.tune import command as tune_command
 
 ACCEPTED = ("ok", "disabled")
 """Statuses that do not make ``list`` or ``doctor`` exit non-zero."""
@@ -181,6 +182,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     """Print the plugin name [`precision_base.recommend.recommend`][] suggests for this machine (exit 1: none)."""
     from precision_base.recommend import read_machine, recommend
 
+    if args.measure:
+        return tune_command.run(args)
     result = recommend(read_machine())
     print(json.dumps(result.as_dict(), indent=2) if args.json else result.render())
     return 0 if result.spec else 1
@@ -298,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
         "print the plugin name to train with, why, and the names ruled out (exit 1 if none can train here)",
     )
     p_rec.add_argument("--json", action="store_true", help="print JSON")
+    tune_command.add_arguments(p_rec)
     p_rec.set_defaults(func=cmd_recommend)
     p_doc = sub.add_parser(
         "doctor",

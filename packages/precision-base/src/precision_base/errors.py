@@ -160,5 +160,10 @@ class StaleOptimizerError(PrecisionPluginError, RuntimeError):
     ``fully_shard``): stepping it would change tensors the model no longer uses, and the loss would stay flat."""
 
 
+class TuneTargetError(PrecisionPluginError, ValueError):
+    """A precision search ([`precision_base.tune_precision`][precision_base.tune.search.tune_precision]) cannot
+    measure the model: its factory cannot be imported or raises, or the ``32-true`` reference cannot train it."""
+
+
 class NoGradientWarning(PrecisionPluginWarning):
     """After a backward, no trainable parameter of the optimizers has a gradient: the step changes nothing."""

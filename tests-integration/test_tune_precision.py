@@ -1,0 +1,106 @@
+"""``precision_base.tune_precision`` and ``precision-plugins recommend --measure`` (issue 33) on a real model: each
+candidate a real ``Trainer.fit`` in a fresh process under precision-fsdp, on this CPU.
+
+The model (``_tune_factories.softplus_sum``) overflows float16 in its loss, so ``fsdp:16-true`` diverges for a
+reason a user can check by hand; ``fsdp:fp8-tensorwise`` is refused on a machine without an FP8 GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from precision_base import TuneTargetError, tune_precision
+
+HERE = Path(__file__).parent
+FACTORY = f"{HERE / '_tune_factories.py'}:softplus_sum"
+pytest.importorskip("precision_fsdp", reason="the candidates are precision-fsdp's plugins")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks fp8's refusal on a machine without an FP8 GPU")
+def test_picks_the_fastest_that_trains_and_says_why_the_others_were_not_picked() -> None:
+    seen = []
+    result = tune_precision(
+        FACTORY, candidates=["fsdp:bf16-mixed", "fsdp:16-true", "fsdp:fp8-tensorwise"], steps=4, warmup=1,
+        on_trial=seen.append,
+    )  # fmt: skip
+    rows = {t.spec: t for t in result.candidates}
+    assert [t.spec for t in seen] == ["fsdp:32-true", "fsdp:bf16-mixed", "fsdp:16-true", "fsdp:fp8-tensorwise"]
+    assert result.reference == "fsdp:32-true"
+    assert rows["fsdp:32-true"].status == rows["fsdp:bf16-mixed"].status == "ok"
+    assert rows["fsdp:32-true"].loss_deviation == 0.0
+    assert 0.0 < rows["fsdp:bf16-mixed"].loss_deviation < result.tolerance  # type: ignore[operator]
+    assert rows["fsdp:16-true"].status == "diverged"
+    assert rows["fsdp:16-true"].reason == "the loss became inf at step 1"
+    assert rows["fsdp:fp8-tensorwise"].status == "refused"
+    assert "Float8UnavailableError: fsdp:fp8-tensorwise needs a GPU with FP8" in rows["fsdp:fp8-tensorwise"].reason
+    ok = [t for t in result.candidates if t.status == "ok"]
+    assert result.picked == min(ok, key=lambda t: t.step_ms or 0.0).spec
+    assert [t.spec for t in result.candidates[:2]] == [t.spec for t in sorted(ok, key=lambda t: t.step_ms or 0.0)]
+    for row in ok:
+        assert len(row.losses) == 5
+        assert row.audit_ok is True
+        assert row.step_ms is not None
+        assert row.step_ms_low is not None
+        assert row.step_ms_high is not None
+        assert row.step_ms_low <= row.step_ms <= row.step_ms_high
+        assert row.peak_bytes is not None
+    assert rows["fsdp:fp8-tensorwise"].peak_bytes is None
+    assert result.reason.startswith("the fastest of 2 candidate(s) whose loss stays within 10% of fsdp:32-true's")
+    table = result.render()
+    assert table.splitlines()[0] == f"picked: {result.picked}"
+    assert "fsdp:16-true         diverged" in table
+
+
+def test_a_budget_that_ends_early_lists_what_did_not_run() -> None:
+    result = tune_precision(FACTORY, candidates=["fsdp:bf16-mixed", "fsdp:bf16-true"], steps=2, warmup=0, budget_s=1)
+    rows = {t.spec: t.status for t in result.candidates}
+    assert rows == {"fsdp:32-true": "ok", "fsdp:bf16-mixed": "skipped", "fsdp:bf16-true": "skipped"}
+    assert result.picked == "fsdp:32-true"
+    skipped = [t for t in result.candidates if t.status == "skipped"]
+    assert all(t.reason.startswith("the budget of 1 s was spent") for t in skipped)
+
+
+@pytest.mark.parametrize(
+    ("factory", "said"),
+    [
+        ("raises", "failed: ValueError: no data here: the dataset folder is empty"),
+        ("not_a_module", "failed: TypeError: the factory .* returned dict; return a LightningModule"),
+        ("missing", "failed: AttributeError: "),
+    ],
+)
+def test_a_factory_that_fails_is_an_error_naming_it_and_nothing_is_written(
+    factory: str, said: str, tmp_path: Path
+) -> None:
+    ref = f"{HERE / '_tune_factories.py'}:{factory}"
+    with pytest.raises(TuneTargetError, match=rf"the factory .*_tune_factories.py:{factory} {said}"):
+        tune_precision(ref, candidates=["fsdp:bf16-mixed"], steps=2, warmup=0)
+    out = tmp_path / "out"
+    cli = [sys.executable, "-m", "precision_base.cli", "recommend", "--measure", ref, "--candidates", "fsdp:bf16-mixed",
+           "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"precision-plugins: error: the factory {ref} failed: ")
+    assert not out.exists()
+
+
+def test_the_command_line_prints_json_and_writes_it(tmp_path: Path) -> None:
+    cli = [sys.executable, "-m", "precision_base.cli", "recommend", "--measure", FACTORY, "--candidates",
+           "fsdp:bf16-true", "--steps", "3", "--warmup", "1", "--json", "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data == json.loads((tmp_path / "tune.json").read_text())
+    assert data["reference"] == "fsdp:32-true"
+    assert data["picked"] in ("fsdp:32-true", "fsdp:bf16-true")
+    assert {c["spec"] for c in data["candidates"]} == {"fsdp:32-true", "fsdp:bf16-true"}
+    for row in data["candidates"]:
+        assert {"spec", "status", "reason", "step_ms", "peak_bytes", "loss_deviation", "audit_ok"} <= row.keys()
+    progress = done.stderr.splitlines()
+    assert progress[0].startswith("[measure] fsdp:32-true: ok, ")
+    assert progress[1].startswith("[measure] fsdp:bf16-true: ")

@@ -418,7 +418,7 @@ REFUSALS: list[Refusal] = [
     # -- FSDP: setting the model up (convert_module, which Lightning calls at both doors) -------------------------
     Refusal(
         "fsdp-keep-fp32-module-sharded-elsewhere",
-        "precision_fsdp.sharding.model.ModelShardingMixin._convert_with_kept",
+        "precision_fsdp.sharding.model._convert_with_kept",
         FSDPKeepFP32Error,
         kept_module_sharded_elsewhere,
         names=(
@@ -430,7 +430,7 @@ REFUSALS: list[Refusal] = [
     ),
     Refusal(
         "fsdp-default-kept-module-sharded-elsewhere-warning",
-        "precision_fsdp.sharding.model.ModelShardingMixin._warn_default_not_kept",
+        "precision_fsdp.sharding.model._warn_default_not_kept",
         PrecisionPluginWarning,
         default_kept_module_sharded_elsewhere,
         names=(

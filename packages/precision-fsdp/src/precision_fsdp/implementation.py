@@ -16,16 +16,16 @@ from torch.amp import GradScaler
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from precision_base import PRECISIONS
+from precision_base import PRECISIONS, PrecisionPlugin
 from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
-from precision_base.doors import check_caller
+from precision_base.doors import check_caller, door_of
 from precision_base.extra import ExtraPrecisionFeature
 from precision_base.keep_fp32 import KeepFP32, KeepSpec
 from precision_base.numerics import UnderflowCheck
 from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS
-from precision_fsdp import _compat
-from precision_fsdp.checkpoints import CheckpointMixin
+from precision_fsdp import _compat, resume
+from precision_fsdp.checkpoints import load_scaler_state, resume_warning, scaler_state
 from precision_fsdp.clipping import clip_grad_norm
 from precision_fsdp.dtypes import describe_facts, dtype_table
 from precision_fsdp.errors import KeepFP32Error, clip_error_class
@@ -41,9 +41,16 @@ from precision_fsdp.scaler import (
     provisional_device,
     ready_scaler,
 )
-from precision_fsdp.schedule import SwitchMixin
+from precision_fsdp.schedule import next_plan, problem, switched_scaler, update_policies
 from precision_fsdp.selection import choose_strategy
-from precision_fsdp.sharding.model import KEEP_FP32_FSDP1, ModelShardingMixin
+from precision_fsdp.sharding.model import (
+    KEEP_FP32_FSDP1,
+    convert_kept,
+    kept_modules,
+    refuse_mp_policy,
+    shard,
+    true_precision_warning,
+)
 from precision_fsdp.sharding.root_unit import gather_root_in_steps
 from precision_fsdp.sharding.sharded_init import ShardedInitCheck
 from precision_fsdp.sharding.units import FSDPVersion, fsdp1_root, fsdp_version_of
@@ -51,6 +58,7 @@ from precision_fsdp.steps import StepWatch
 
 if TYPE_CHECKING:
     from lightning.pytorch.plugins.precision import FSDPPrecision as _LightningBase
+    from torch.distributed.device_mesh import DeviceMesh
 else:
     _LightningBase = object  # at run time the concrete class supplies Lightning's FSDPPrecision of its namespace
 
@@ -60,7 +68,7 @@ _LIGHTNING_PRECISION_ERROR = (
 """Lightning's ``FSDPPrecision`` message for an unsupported precision (kept verbatim, ours follows it)."""
 
 
-class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _LightningBase):  # type: ignore[misc]  # precision: str vs Literal
+class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]  # precision: str vs Literal
     """All code of [`FSDPPrecision`][precision_fsdp.plugin.FSDPPrecision] (and of Fabric's
     [`precision_fsdp.fabric.FSDPPrecision`][]), without Lightning bases; Lightning is reached through ``super()``.
 
@@ -183,6 +191,14 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         self._warn_true_precision()
         return self._plan.fsdp1_mixed_precision()
 
+    def _warn_true_precision(self) -> None:
+        """``*-true``, once: Lightning's first sentence, then what is true here
+        ([`true_precision_warning`][precision_fsdp.sharding.model.true_precision_warning])."""
+        message = None if self._warned_true else true_precision_warning(self._plan, self.precision)
+        if message is not None:
+            self._warned_true = True
+            self.lightning.utilities.rank_zero_warn(message)
+
     # -- Trainer front door ---------------------------------------------------------------------------------
     @override
     def configure_strategy(self, strategy: Any, *, accelerator: Any, devices: Any) -> Any:
@@ -272,7 +288,16 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         if gathered is not None:
             self.lightning.utilities.rank_zero_info(gathered)
         self._feature.check_model(self, module)
-        kept = self._convert_kept(module)
+        kept = convert_kept(
+            module,
+            self._plan,
+            self._keep,
+            lambda: self.device_type,
+            spec=self.spec,
+            precision=self.precision,
+            door=door_of(self),
+            warn=self.lightning.utilities.rank_zero_warn,
+        )
         if kept is not None:
             return kept
         if self._plan.mixed:
@@ -366,6 +391,148 @@ class FSDPPrecisionImpl(SwitchMixin, ModelShardingMixin, CheckpointMixin, _Light
         if norm is not None:
             stats["grad_norm"] = norm
         return stats
+
+    # -- sharding with FSDP2 (see precision_fsdp.sharding.model) ---------------------------------------------
+    @property
+    def mixed_precision_policy(self) -> _compat.MixedPrecisionPolicy:
+        """FSDP2's ``MixedPrecisionPolicy`` of an outermost unit: ``param_dtype`` = compute dtype, ``reduce_dtype`` =
+        reduce dtype, forward inputs cast to ``param_dtype``, outputs left in it. Under ``*-mixed``, a unit that
+        [`fully_shard`][precision_fsdp.implementation.FSDPPrecisionImpl.fully_shard] later finds inside another
+        stops casting its inputs ([`DtypePlan.fsdp2_policy`][precision_fsdp.policy.DtypePlan.fsdp2_policy])."""
+        return self._plan.fsdp2_policy()
+
+    def fully_shard(self, module: torch.nn.Module, mesh: Optional[DeviceMesh] = None, **kwargs: Any) -> Any:
+        """Shard ``module`` with FSDP2 using this plugin's dtypes; the one line a ``configure_model`` needs::
+
+            def configure_model(self):
+                for layer in self.model.layers:
+                    self.trainer.precision_plugin.fully_shard(layer, mesh=self.device_mesh["data_parallel"])
+                self.trainer.precision_plugin.fully_shard(self.model, mesh=self.device_mesh["data_parallel"])
+
+        Parameters and buffers not yet sharded are first cast to the storage dtype (fp32 for ``32-true`` and
+        ``*-mixed``, fp16/bf16 for ``*-true``); ``mp_policy`` is
+        [`mixed_precision_policy`][precision_fsdp.implementation.FSDPPrecisionImpl.mixed_precision_policy]. Other
+        keyword arguments go to torch's ``fully_shard``. Returns the sharded module. (Without a ``configure_model``,
+        [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] calls this for you by its wrap policy.) Under
+        [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy], the first call inside ``configure_model`` first runs
+        [`prepare_for_sharding`][precision_fsdp.implementation.FSDPPrecisionImpl.prepare_for_sharding] on the whole
+        LightningModule (``fp8-*`` conversion, ``keep_fp32`` names).
+        A module that is already sharded is returned as it is: Lightning calls ``configure_model`` again for
+        ``validate`` / ``test`` / ``predict`` after ``fit``, and the model keeps the units of its first sharding.
+
+        Warns (``*-true``, once), like Lightning's: "FSDP with `16-true` enables computation in lower precision."
+
+        Raises:
+            TypeError: ``mp_policy`` is passed (the dtypes come from the plugin and nowhere else).
+        """
+        refuse_mp_policy(kwargs)
+        if isinstance(module, _compat.FSDPModule):
+            return module  # configure_model runs again for validate/test/predict after fit: sharded once, kept
+        self._warn_true_precision()
+        self._fsdp_version = 2
+        if self._whole_model is not None and self._whole_model is not module:
+            self.prepare_for_sharding(self._whole_model)  # names and first/last Linear relative to the whole model
+        self._feature.prepare_model(self, module, exclude=kept_modules(self._keep, module))
+        return shard(module, mesh, kwargs, self._plan, self._keep, lambda: self.device_type)
+
+    def prepare_for_sharding(self, root: torch.nn.Module) -> None:
+        """Before sharding ``root``'s parts one by one: match ``keep_fp32`` names against the whole model and
+        (``fp8-*``) convert its Linear layers to float8. [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] calls it; a
+        ``configure_model`` that shards children separately calls it with ``self`` first (under
+        [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] the first
+        [`fully_shard`][precision_fsdp.implementation.FSDPPrecisionImpl.fully_shard] call does it)."""
+        self._whole_model = None
+        self._keep.mark(root)
+        self._feature.prepare_model(self, root, exclude=kept_modules(self._keep, root))
+
+    def expect_model(self, model: Optional[torch.nn.Module]) -> None:
+        """The whole model that the next
+        [`fully_shard`][precision_fsdp.implementation.FSDPPrecisionImpl.fully_shard] calls shard parts of (``None``:
+        forget it). [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy] passes the LightningModule before
+        ``configure_model`` runs, so that the first
+        [`fully_shard`][precision_fsdp.implementation.FSDPPrecisionImpl.fully_shard] there calls
+        [`prepare_for_sharding`][precision_fsdp.implementation.FSDPPrecisionImpl.prepare_for_sharding] with it, and
+        ``None`` after."""
+        self._whole_model = model
+
+    def mark_keep_fp32(self, root: torch.nn.Module) -> None:
+        """Match ``keep_fp32`` names against ``root`` (the whole model) before sharding its parts one by one, so a
+        kept module passed to [`fully_shard`][precision_fsdp.implementation.FSDPPrecisionImpl.fully_shard] on its
+        own is recognised. [`FSDP2Strategy`][precision_fsdp.FSDP2Strategy]
+        calls it; a ``configure_model`` that shards children separately calls it with ``self`` first."""
+        self._keep.mark(root)
+
+    # -- precision schedules (see precision_fsdp.schedule) --------------------------------------------------
+    def precision_switch_problem(
+        self, precision: str, strategy: Any = None, current: Optional[str] = None
+    ) -> Optional[str]:
+        """Why this plugin cannot switch from ``current`` (default: its precision now) to ``precision`` (canonical)
+        during a run, or ``None`` when it can (FSDP2, the same parameter storage dtype, no fp8 as the target). See
+        [`precision_fsdp.schedule`][]."""
+        return problem(self, precision, strategy, current, self._steps.check_finite)
+
+    def switch_precision(self, precision: str, model: Optional[torch.nn.Module] = None) -> None:
+        """Run ``precision`` (canonical) from the next step on: the plugin's dtypes, its table and scaler, and the
+        ``MixedPrecisionPolicy`` of every FSDP2 unit of ``model``; parameters and optimizer state are kept. Call it
+        between optimizer steps ([`precision_base.PrecisionSchedule`][] does). See [`precision_fsdp.schedule`][].
+
+        Raises:
+            ValueError: the switch is refused: the reason
+                [`precision_switch_problem`][precision_fsdp.implementation.FSDPPrecisionImpl.precision_switch_problem]
+                names.
+        """
+        reason = problem(self, precision, check_finite_grads=self._steps.check_finite)
+        if reason is not None:
+            raise ValueError(f"{self.spec} -> {self.backend}:{precision}: {reason}")
+        if precision == self.precision:
+            return
+        self._plan = next_plan(self._plan, str(self.precision), precision)
+        self.precision = precision
+        self._feature = feature_for(precision, *self._fp8_options)
+        _compat.set_lightning_input_dtype(self, self._plan.inputs)
+        scaler, own = switched_scaler(
+            precision, self.scaler, self._fsdp_version, self.device_type, self._scaler_options
+        )
+        if own:
+            self._set_scaler(scaler, user=False)
+        self._steps.follow(precision)
+        if model is not None:
+            update_policies(model, self._plan)
+
+    # -- checkpoints (see precision_fsdp.checkpoints) -------------------------------------------------------
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The scaler's state for ``16-mixed`` (the keys of Lightning's built-in, so checkpoints move between both
+        classes), else empty."""
+        return scaler_state(self.scaler)
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the scaler's state (written by this class or Lightning's built-in). State for a scaler this
+        precision does not have was announced by
+        [`on_load_checkpoint`][precision_fsdp.implementation.FSDPPrecisionImpl.on_load_checkpoint] and is dropped."""
+        load_scaler_state(self.scaler, state_dict)
+
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record the precision in the checkpoint (key ``"precision_fsdp"``; Lightning's built-in ignores it)."""
+        resume.record(checkpoint, self.precision)
+        super().on_save_checkpoint(checkpoint)
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Before the state is restored: compare the checkpoint's precision with this one.
+
+        Warns: what changes, e.g. "resuming a checkpoint written under precision '16-mixed' with precision
+        'bf16-mixed': the 16-mixed loss scaler state is dropped: bf16-mixed does not scale the loss; ...".
+
+        Raises:
+            precision_fsdp.errors.PrecisionChangeError: the parameter storage dtype differs (``*-true`` on one side).
+        """
+        message = resume_warning(checkpoint, type(self).__qualname__, self.precision, self.scaler)
+        if message is not None:
+            self.lightning.utilities.rank_zero_warn(message)
+        super().on_load_checkpoint(checkpoint)
 
     # -- pickling -------------------------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

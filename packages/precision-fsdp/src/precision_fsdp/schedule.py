@@ -1,15 +1,16 @@
 """The FSDP plugin's side of precision schedules ([`precision_base.PrecisionSchedule`][]): changing an FSDP2 run's
 precision between optimizer steps.
 
-[`SwitchMixin`][precision_fsdp.schedule.SwitchMixin] holds the two hooks the schedule calls, a base of
-[`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl] (which sets the state declared there in its
-``__init__``; it overrides no Lightning method). The schedule asks
-[`precision_switch_problem`][precision_fsdp.schedule.SwitchMixin.precision_switch_problem]
+The plugin's two hooks the schedule calls are
+[`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl]'s; this module holds the plain functions they
+call, which take the plugin's dtype plan, precision and scaler as arguments. The schedule asks
+[`precision_switch_problem`][precision_fsdp.implementation.FSDPPrecisionImpl.precision_switch_problem]
 ([`problem`][precision_fsdp.schedule.problem]) first (at ``setup``, before any step), so a switch that cannot work
-fails before training starts; [`switch_precision`][precision_fsdp.schedule.SwitchMixin.switch_precision] then sets
-the plugin's own state (dtype plan from [`next_plan`][precision_fsdp.schedule.next_plan], feature, scaler, step
-watch) and calls [`update_policies`][precision_fsdp.schedule.update_policies]. What a switch changes, and what it
-keeps:
+fails before training starts;
+[`switch_precision`][precision_fsdp.implementation.FSDPPrecisionImpl.switch_precision] then sets the plugin's own
+state (dtype plan from [`next_plan`][precision_fsdp.schedule.next_plan], feature, scaler from
+[`switched_scaler`][precision_fsdp.schedule.switched_scaler], step watch) and calls
+[`update_policies`][precision_fsdp.schedule.update_policies]. What a switch changes, and what it keeps:
 
 * kept: the sharded parameters (float32 DTensors under ``32-true``, ``*-mixed`` and ``fp8-*``: the master weights),
   the optimizer and its state, the model's FSDP2 units and every ``keep_fp32`` unit (already float32);
@@ -29,22 +30,19 @@ optimizer state would have to be cast and the float32 master copy of a mixed pre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Optional, Protocol
 
 import torch
 
-from precision_base import PrecisionPlugin
-from precision_base.extra import ExtraPrecisionFeature
 from precision_base.keep_fp32 import is_kept
 from precision_fsdp import _compat
 from precision_fsdp.float8 import switch as float8_switch
-from precision_fsdp.float8.config import Fp8Filter, is_fp8
-from precision_fsdp.float8.feature import feature_for
+from precision_fsdp.float8.config import is_fp8
 from precision_fsdp.float8.recipes import EXTRA_PRECISIONS
 from precision_fsdp.policy import DtypePlan, dtype_name
 from precision_fsdp.scaler import make_scaler
 from precision_fsdp.sharding.units import FSDPVersion, is_nested_unit
-from precision_fsdp.steps import StepWatch
 
 
 class SwitchingPlugin(Protocol):
@@ -141,57 +139,18 @@ def update_policies(model: torch.nn.Module, plan: DtypePlan) -> int:
     return changed
 
 
-class SwitchMixin(PrecisionPlugin):
-    """``precision_switch_problem`` and ``switch_precision``, the hooks [`precision_base.PrecisionSchedule`][]
-    calls."""
-
-    _plan: DtypePlan
-    _feature: ExtraPrecisionFeature
-    _fp8_options: tuple[bool, Fp8Filter]
-    _steps: StepWatch
-    _fsdp_version: Optional[FSDPVersion]
-    _scaler_options: dict[str, Any]
-    _user_scaler: bool
-    scaler: Any
-    device_type: str
-
-    def _set_scaler(self, scaler: Any, *, user: bool) -> None: ...  # FSDPPrecisionImpl's
-
-    fsdp_version: Any
-
-    def precision_switch_problem(
-        self, precision: str, strategy: Any = None, current: Optional[str] = None
-    ) -> Optional[str]:
-        """Why this plugin cannot switch from ``current`` (default: its precision now) to ``precision`` (canonical)
-        during a run, or ``None`` when it can (FSDP2, the same parameter storage dtype, no fp8 as the target). See
-        [`precision_fsdp.schedule`][]."""
-        return problem(self, precision, strategy, current, self._steps.check_finite)
-
-    def switch_precision(self, precision: str, model: Optional[torch.nn.Module] = None) -> None:
-        """Run ``precision`` (canonical) from the next step on: the plugin's dtypes, its table and scaler, and the
-        ``MixedPrecisionPolicy`` of every FSDP2 unit of ``model``; parameters and optimizer state are kept. Call it
-        between optimizer steps ([`precision_base.PrecisionSchedule`][] does). See [`precision_fsdp.schedule`][].
-
-        Raises:
-            ValueError: [`precision_switch_problem`][precision_fsdp.schedule.SwitchMixin.precision_switch_problem]
-                names a reason.
-        """
-        reason = problem(self, precision, check_finite_grads=self._steps.check_finite)
-        if reason is not None:
-            raise ValueError(f"{self.spec} -> {self.backend}:{precision}: {reason}")
-        if precision == self.precision:
-            return
-        self._plan = next_plan(self._plan, str(self.precision), precision)
-        self.precision = precision
-        self._feature = feature_for(precision, *self._fp8_options)
-        _compat.set_lightning_input_dtype(self, self._plan.inputs)
-        if precision != "16-mixed":
-            self._set_scaler(None, user=False)
-        elif self.scaler is None:  # fresh, at its init_scale (resume.changes says the same for a resume)
-            self._set_scaler(make_scaler(self._fsdp_version or 2, self.device_type, self._scaler_options), user=False)
-        self._steps.follow(precision)
-        if model is not None:
-            update_policies(model, self._plan)
+def switched_scaler(
+    precision: str, scaler: Any, version: Optional[FSDPVersion], device_type: str, options: Mapping[str, Any]
+) -> tuple[Any, bool]:
+    """The loss scaler after a switch to ``precision``, and whether the plugin sets it (as its own, not the
+    user's): ``None`` for a precision other than ``16-mixed``; under ``16-mixed``, ``scaler`` when there is one (kept
+    as it is), else a fresh one at its ``init_scale`` for FSDP ``version`` (default 2) on ``device_type``, built from
+    ``options`` (``resume.changes`` says the same for a resume)."""
+    if precision != "16-mixed":
+        return None, True
+    if scaler is None:
+        return make_scaler(version or 2, device_type, options), True
+    return scaler, False
 
 
-__all__ = ["SwitchMixin", "SwitchingPlugin", "next_plan", "problem", "update_policies"]
+__all__ = ["SwitchingPlugin", "next_plan", "problem", "switched_scaler", "update_policies"]

@@ -389,7 +389,7 @@ def nested_units(unit: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 NESTED_UNIT_MARK = "_precision_fsdp_nested_unit"
-"""Set on a unit the plugin found inside another unit (see ``ModelShardingMixin.fully_shard``), so that a precision
+"""Set on a unit the plugin found inside another unit (see ``FSDPPrecisionImpl.fully_shard``), so that a precision
 switch gives it the nested policy again ([`precision_fsdp.policy.DtypePlan.fsdp2_policy`][])."""
 
 

@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import audit, discovery, memory, memory_real, numerics, overhead, report
+from bench import audit, discovery, measure, memory, memory_real, numerics, overhead, report
 from tools.docgen import benchmark_index
 
 CACHE = Path(tempfile.gettempdir()) / "precision-plugins-bench"
@@ -24,7 +24,8 @@ def benchmarks(cache: Path = CACHE) -> dict[str, Callable[[bool], dict[str, Any]
     (config, results, ...) for :func:`bench.report.save`."""
     every = {overhead.name_of(b, m): partial(overhead.run, backend=b, model=m) for m in MODELS for b in BACKENDS}
     every["discovery"] = partial(discovery.run, cache=cache)
-    return {**every, "memory": memory.run, "memory-real": memory_real.run, "numerics": numerics.run, "audit": audit.run}
+    every.update({"memory": memory.run, "memory-real": memory_real.run, "numerics": numerics.run, "audit": audit.run})
+    return {**every, "measure": measure.run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,3 +104,9 @@ def test_the_command_line_prints_json_and_writes_it(tmp_path: Path) -> None:
     progress = done.stderr.splitlines()
     assert progress[0].startswith("[measure] fsdp:32-true: ok, ")
     assert progress[1].startswith("[measure] fsdp:bf16-true: ")
+
+
+def test_devices_go_to_every_candidates_trainer() -> None:
+    result = tune_precision(FACTORY, candidates=["fsdp:bf16-mixed"], steps=2, warmup=0, devices=2)
+    rows = sorted((t.spec, t.status, t.world_size) for t in result.candidates)
+    assert rows == [("fsdp:32-true", "ok", 2), ("fsdp:bf16-mixed", "ok", 2)]

@@ -26,7 +26,7 @@ OVERHEAD = {f"overhead-{b}" + ("" if m == "mlp" else f"-{m}"): (b, m) for m in (
             for b in ("fsdp", "deepspeed")}  # fmt: skip
 PAGES = {**{n: f"Per-step overhead: {'FSDP2' if b == 'fsdp' else 'DeepSpeed'}, {m}" for n, (b, m) in OVERHEAD.items()},
          "discovery": "Discovery cost", "memory": "Memory per rank", "memory-real": "Memory on real models",
-         "numerics": "Numerics", "audit": "The audit's cost",
+         "numerics": "Numerics", "audit": "The audit's cost", "measure": "recommend --measure on real models",
          "gpu": "GPU: one CUDA GPU"}  # fmt: skip
 TARGET_HAND_16_MIXED = 1.03
 TARGET_REAL_UPPER = 1.03
@@ -177,7 +177,7 @@ def write(out: Path) -> Path:
         rows = [[r["setup"], r["world"], fmt_bytes(sum(r["bytes"].values())), fmt_bytes(r["peak_rss_delta"])]
                 for r in found["memory"]["results"] if r["precision"] == "bf16-mixed"]  # fmt: skip
         parts.append("## Memory per rank (bf16-mixed)\n\n" + md_table(header, rows))
-    for name in ("discovery", "memory", "memory-real", "numerics", "audit"):
+    for name in ("discovery", "memory", "memory-real", "numerics", "audit", "measure"):
         if name in found and (said := benchmark_pages.findings(found[name])):
             parts.append(f"## {PAGES[name]}\n\n" + "\n".join(f"- {f}" for f in said))
     parts.append(_gpu_section(found, out))
@@ -314,7 +314,7 @@ def analysis(found: dict[str, Any], dropped: list[str]) -> str:
     for name in OVERHEAD:
         if name in found:
             parts += [*_overhead_reading(name, found[name]), ""]
-    for name in ("memory", "memory-real", "numerics", "discovery", "audit"):
+    for name in ("memory", "memory-real", "numerics", "discovery", "audit", "measure"):
         if name in found:
             parts.append(f"## {PAGES[name]}\n")
             parts += [f"- {f}" for f in benchmark_pages.findings(found[name])] or ["- Nothing beyond the tables."]

@@ -698,6 +698,77 @@ def _audit_page(d: dict[str, Any]) -> Page:
     return "Precision audit cost", body, plot
 
 
+# ---- measure ---------------------------------------------------------------------------------------------------
+MEASURE = """`precision-plugins recommend --measure` (`precision_base.tune_precision`) run as a user runs it, on two of
+the benchmarks' models, on this machine's CPU with `devices=1`: every candidate the static `recommend` says runs here
+trains the model in a fresh process after the same seed, the `32-true` of the candidates' backend first as the
+reference; the search picks the fastest candidate whose losses stay within the tolerance of the reference's. The
+separate timings of the same models with 2 ranks are the per-step overhead pages (Llama, ResNet)."""
+
+
+def _measure_findings(d: dict[str, Any]) -> list[str]:
+    out = []
+    for model, r in d["results"].items():
+        out.append(f"{model}: picked {r['picked'] or 'nothing'}: {r['reason']} (table)")
+        out.append(f"{model}: the search took {r['wall_s']:.0f} s for {len(r['candidates'])} candidates, "
+                   f"{r['overhead_s']:.0f} s of it outside the fits (the line above the table)")  # fmt: skip
+    return out
+
+
+def _measure_table(r: dict[str, Any]) -> str:
+    ref = next((c for c in r["candidates"] if c["spec"] == r["reference"]), None)
+    rows = []
+    for c in r["candidates"]:
+        ms = c["step_ms"]
+        rows.append([f"`{c['spec']}`" + (" (picked)" if c["spec"] == r["picked"] else ""), c["status"],
+                     f"{ms:.1f} ({c['step_ms_low']:.1f}-{c['step_ms_high']:.1f})" if ms is not None else "-",
+                     f"{ms / ref['step_ms']:.2f}x" if ms is not None and ref and ref["step_ms"] else "-",
+                     fmt_bytes(c["peak_bytes"]) if c["peak_bytes"] is not None else "-",
+                     f"{c['loss_deviation']:.2%}" if c["loss_deviation"] is not None else "-",
+                     {True: "ok", False: "mismatch", None: "-"}[c["audit_ok"]],
+                     (c["reason"] or "").replace("[", "(").replace("]", ")")])  # fmt: skip
+    header = ["candidate", "status", "median ms per step (95% interval)", "vs 32-true", "peak memory",
+              "loss deviation", "audit", "why not picked"]  # fmt: skip
+    return md_table(header, rows)
+
+
+def _measure_page(d: dict[str, Any]) -> Page:
+    config, results = d["config"], d["results"]
+    parts = [MEASURE, f"{config['steps']} timed steps after {config['warmup']} warm-up steps per candidate."]
+    terms = ("**median ms per step**: after the warm-up, with a distribution-free 95% interval of the median",
+             "**vs 32-true**: the candidate's median over the reference's (below 1: faster)",
+             "**peak memory**: the fit's peak RSS increase",
+             "**loss deviation**: the mean of |loss - reference| / |reference| over the same steps")  # fmt: skip
+    parts.append(reading(*terms))
+    for model, r in results.items():
+        parts.append(f"## {model}\n\n{config['descriptions'][model]}. Picked: **{r['picked'] or 'nothing'}**: "
+                     f"{r['reason']}. The search took {r['wall_s']:.0f} s, {r['overhead_s']:.0f} s of it outside the "
+                     "fits (process starts, imports, building the model).\n\n" + _measure_table(r))  # fmt: skip
+    specs = list(dict.fromkeys(c["spec"] for r in results.values() for c in r["candidates"] if c["step_ms"]))
+    color = {spec: f"C{i % 10}" for i, spec in enumerate(specs)}
+
+    def plot(plt: Any) -> Any:
+        fig, grid = plt.subplots(2, len(results), figsize=(5 * len(results), 8), squeeze=False)
+        for col, (model, r) in enumerate(results.items()):
+            curves, bars = grid[0][col], grid[1][col]
+            ran = [c for c in r["candidates"] if c["step_ms"] is not None]
+            for c in ran:
+                losses = [x if isinstance(x, (int, float)) else float("nan") for x in c["losses"]]
+                curves.plot(range(1, len(losses) + 1), losses, lw=1.2, color=color[c["spec"]], label=c["spec"])
+            curves.set_title(f"{model}: loss per step")
+            curves.set_xlabel("step")
+            bars.barh([c["spec"] for c in ran], [c["step_ms"] for c in ran],
+                      color=["C2" if c["spec"] == r["picked"] else "C7" for c in ran])  # fmt: skip
+            bars.invert_yaxis()
+            bars.set_title(f"{model}: median ms per step (green: picked)")
+            bars.set_xlabel("ms per step")
+        handles = [plt.Line2D([], [], color=color[s], lw=1.2, label=s) for s in specs]
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(3, max(1, len(specs))), frameon=False)
+        return fig
+
+    return "recommend --measure on real models", "\n\n".join(parts), plot
+
+
 # ---- gpu -------------------------------------------------------------------------------------------------------
 def _label(r: dict[str, Any]) -> str:
     if r["kind"] == "fp8":
@@ -786,7 +857,7 @@ KINDS: dict[str, tuple[Callable[[dict[str, Any]], list[str]], Callable[[dict[str
     "overhead": (_overhead_findings, _overhead_page), "memory": (_memory_findings, _memory_page),
     "memory-real": (_memory_real_findings, _memory_real_page), "numerics": (_numerics_findings, _numerics_page),
     "discovery": (_discovery_findings, _discovery_page), "audit": (_audit_findings, _audit_page),
-    "gpu": (_gpu_findings, _gpu_page),
+    "measure": (_measure_findings, _measure_page), "gpu": (_gpu_findings, _gpu_page),
 }  # fmt: skip
 """Benchmark (``overhead-*``: ``overhead``) -> what its result found, and its page."""
 

@@ -118,6 +118,34 @@ def _gpu(folder: Path) -> dict[str, Any]:
     return _save(folder, "gpu", {"plan": plan, "rounds": 2, "peak_tflops": 989.0}, results)
 
 
+def _measure(folder: Path) -> dict[str, Any]:
+    def row(spec: str, status: str, ms: float | None, reason: str = "") -> dict[str, Any]:
+        ran = ms is not None
+        return {"spec": spec, "status": status, "reason": reason, "step_ms": ms, "step_ms_low": ms and 0.9 * ms,
+                "step_ms_high": ms and 1.1 * ms, "peak_bytes": 2**25 if ran else None,
+                "loss_deviation": 0.01 if status == "ok" else None, "audit_ok": True if ran else None,
+                "losses": [2.0, 1.5, 1.2] if status == "ok" else [2.0, "inf"]}  # fmt: skip
+
+    search = {
+        "picked": "fsdp:32-true",
+        "reference": "fsdp:32-true",
+        "reason": "the fastest of 2 candidate(s)",
+        "wall_s": 60.0,
+        "overhead_s": 50.0,
+        "tolerance": 0.1,
+        "steps": 3,
+        "warmup": 1,
+        "candidates": [
+            row("fsdp:32-true", "ok", 30.0),
+            row("fsdp:bf16-mixed", "ok", 75.0),
+            row("fsdp:16-true", "diverged", 90.0, "the loss became inf at step 2"),
+            row("fsdp:fp8-tensorwise", "refused", None, "Float8UnavailableError: needs a GPU [sm89]"),
+        ],
+    }
+    config = {"models": ["resnet"], "steps": 3, "warmup": 1, "devices": 1, "descriptions": {"resnet": "a CNN"}}
+    return _save(folder, "measure", config, {"resnet": search})  # fmt: skip
+
+
 def _every_kind(folder: Path) -> list[dict[str, Any]]:
     ratios = {"ours/builtin": _ratio(1.0, "same within spread (rounds disagree)"), "ours/hand": _ratio(1.05, "slower"),
               "ours/amp": _ratio(1.0), "amp/hand": _ratio(1.05)}  # fmt: skip
@@ -126,7 +154,8 @@ def _every_kind(folder: Path) -> list[dict[str, Any]]:
     steps = {"ours": 0.01, "builtin": 0.01, "amp": 0.01, "hand": 0.0095}
     overhead = _overhead(folder, "fsdp", "mlp", {"bf16-mixed": _timed(steps, ratios)}, hooks=hooks)
     numerics = _numerics(folder)
-    return [overhead, _memory(folder), _memory_real(folder), numerics, _discovery(folder), _audit(folder), _gpu(folder)]
+    return [overhead, _memory(folder), _memory_real(folder), numerics, _discovery(folder), _audit(folder), _gpu(folder),
+            _measure(folder)]  # fmt: skip
 
 
 def _numerics(folder: Path) -> dict[str, Any]:
@@ -290,6 +319,12 @@ def test_every_kind_of_page_reads_the_same_way(tmp_path: Path) -> None:
     gpu = benchmark_pages.markdown(json.loads((tmp_path / "gpu.json").read_text()))
     assert "| fsdp2 | bf16-mixed | ours | 11.00 | 9,000 | 1.00 GiB | 8.5000 | 1.00 [0.99, 1.01] same | 1.000 |" in gpu
     assert "**MFU**: model FLOPs utilisation" in gpu
+    measured = benchmark_pages.markdown(json.loads((tmp_path / "measure.json").read_text()))
+    assert "| `fsdp:32-true` (picked) | ok | 30.0 (27.0-33.0) | 1.00x | 32.00 MiB | 1.00% | ok |  |" in measured
+    assert "| `fsdp:16-true` | diverged | 90.0 (81.0-99.0) | 3.00x |" in measured
+    refused = "| `fsdp:fp8-tensorwise` | refused | - | - | - | - | - | Float8UnavailableError: needs a GPU (sm89) |"
+    assert refused in measured
+    assert "- resnet: picked fsdp:32-true: the fastest of 2 candidate(s) (table)" in measured
 
 
 def test_pages_and_summaries_use_the_findings_of_the_current_wording(tmp_path: Path) -> None:

@@ -149,6 +149,8 @@ def test_render_lists_every_section() -> None:
     assert lines[1].startswith("  - device: ")
     assert "also possible:" in lines
     assert "ruled out:" in lines
+    assert lines[-1].startswith("measure on your model: on a CPU the fastest precision depends on the model")
+    assert lines[-1].endswith("recommend --measure module:factory trains it under each name and picks")
 
 
 def test_read_machine_reads_this_machine() -> None:
@@ -227,3 +229,10 @@ def test_a_fourth_backend_with_its_own_recipe_is_judged_from_its_declaration_alo
     )
     assert b300.spec == "fourth:bf16-mixed"
     assert _alternatives(b300)["fourth:fp4-blocks"] == "four-bit matmuls in blocks of 16, the rest bf16-mixed"
+
+
+def test_the_measure_hint_is_given_where_the_machine_reading_can_be_wrong_only() -> None:
+    assert "recommend --measure" in recommend(facts()).render()
+    on_gpu = recommend(facts(cuda_capability=(9, 0), gpu_name="NVIDIA H100", gpu_count=1)).render()
+    assert "--measure" not in on_gpu
+    assert "--measure" not in recommend(facts(backends={})).render()  # nothing can train: nothing to measure

@@ -74,6 +74,15 @@ class MachineFacts:
         return data
 
 
+MEASURE_HINT = (
+    "measure on your model: on a CPU the fastest precision depends on the model (autocast of convolutions can be "
+    "slower than float32), which this reading cannot see; precision-plugins recommend --measure module:factory "
+    "trains it under each name and picks"
+)
+"""The line ``recommend`` ends with on a machine without a CUDA GPU, where its machine-based answer is known to be
+wrong for some models."""
+
+
 @dataclass(frozen=True)
 class Choice:
     """A plugin name with one line of reason."""
@@ -117,6 +126,8 @@ class Recommendation:
             if choices:
                 width = max(len(c.spec) for c in choices)
                 lines += ["", f"{title}:"] + [f"  {c.spec:<{width}}  {c.reason}" for c in choices]
+        if self.spec and self.facts.cuda_capability is None:
+            lines += ["", MEASURE_HINT]
         return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ class Trial:
     """One candidate's row. ``step_ms``: median milliseconds per optimizer step after the warm-up (with a 95%
     interval of the median, ``step_ms_low`` .. ``step_ms_high``); ``peak_bytes``: CUDA allocator peak, or on a CPU
     the peak RSS increase of the fit; ``loss_deviation``: mean of ``|loss - reference| / |reference|`` over the
-    steps both ran."""
+    steps both ran; ``world_size``: the processes its Trainer trained with (``devices``)."""
 
     spec: str
     status: str
@@ -52,6 +52,7 @@ class Trial:
     losses: list[Optional[float]] = field(default_factory=list)
     wall_s: float = 0.0
     fit_s: float = 0.0
+    world_size: Optional[int] = None
 
 
 @dataclass
@@ -179,7 +180,7 @@ def _trial(record: dict[str, Any], wall_s: float) -> Trial:
         trial.step_ms, trial.step_ms_low, trial.step_ms_high = mid, low, high
     trial.peak_bytes, trial.audit_ok = record.get("peak_bytes"), record.get("audit_ok")
     trial.skipped_steps, trial.losses = record.get("skipped_steps"), list(record.get("losses") or [])
-    trial.fit_s = float(record.get("fit_s", 0.0))
+    trial.fit_s, trial.world_size = float(record.get("fit_s", 0.0)), record.get("world_size")
     return trial
 
 

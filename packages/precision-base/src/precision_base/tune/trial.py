@@ -169,6 +169,7 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     elif before is not None and (peak := _rss("VmHWM")) is not None:
         record["peak_bytes"], record["peak_kind"] = peak - before, "peak RSS increase"
     record["audit_ok"] = audit.ok
+    record["world_size"] = int(trainer.world_size) if trainer is not None else None
     if audit.report is not None and not audit.report.ok:
         record["audit_mismatches"] = [str(row) for row in audit.report.mismatches][:5]
     stats = getattr(getattr(trainer, "precision_plugin", None), "precision_stats", None)
@@ -193,7 +194,7 @@ def _first_line(exc: BaseException) -> str:
 def main(argv: list[str]) -> int:
     args_path, out_path = argv
     record = run(json.loads(Path(args_path).read_text()))
-    if int(os.environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) == 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0:  # rank 0 reports
         tmp = Path(out_path + ".tmp")
         tmp.write_text(json.dumps(record))
         tmp.replace(out_path)

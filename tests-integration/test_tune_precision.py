@@ -96,6 +96,7 @@ def test_the_command_line_prints_json_and_writes_it(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data == json.loads((tmp_path / "tune.json").read_text())
+    assert (tmp_path / "tune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert data["reference"] == "fsdp:32-true"
     assert data["picked"] in ("fsdp:32-true", "fsdp:bf16-true")
     assert {c["spec"] for c in data["candidates"]} == {"fsdp:32-true", "fsdp:bf16-true"}

@@ -1,6 +1,7 @@
 """``precision-plugins recommend --measure TARGET``: [`tune_precision`][precision_base.tune.search.tune_precision]
 from the command line. One line per candidate on stderr as it finishes, then the table (or ``--json``) on stdout;
-``--out DIR`` also writes ``DIR/tune.json``. Exit 0 when a candidate was picked, 1 when none trained within the
+``--out DIR`` also writes ``DIR/tune.json`` and, where matplotlib is installed,
+``DIR/tune.png`` ([`precision_base.tune.plot`][]). Exit 0 when a candidate was picked, 1 when none trained within the
 tolerance (errors: 2, from the CLI's handler)."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--devices", default="1", help="the Trainer's devices for every candidate (default 1)")
     parser.add_argument("--accelerator", default="auto", help="the Trainer's accelerator (default auto)")
-    parser.add_argument("--out", type=Path, default=None, help="also write tune.json into this folder")
+    parser.add_argument("--out", type=Path, default=None, help="also write tune.json (and tune.png) into this folder")
 
 
 def _progress(trial: Trial) -> None:
@@ -51,6 +52,13 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "tune.json").write_text(json.dumps(data, indent=2) + "\n")
+        try:
+            from precision_base.tune.plot import draw
+
+            draw(result, args.out / "tune.png")
+        except ImportError as exc:  # matplotlib is optional: say what is missing, keep the JSON
+            print(f"[measure] {args.out / 'tune.png'} not written: {exc} (pip install matplotlib); tune.json is",
+                  file=sys.stderr)  # fmt: skip
     print(json.dumps(data, indent=2) if args.json else result.render())
     return 0 if result.picked else 1
 

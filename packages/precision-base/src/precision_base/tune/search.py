@@ -184,6 +184,15 @@ def _trial(record: dict[str, Any], wall_s: float) -> Trial:
     return trial
 
 
+def _judge(trial: Trial, base: Trial, reference: str, tolerance: float) -> None:
+    """Mark ``trial`` (status ``ok``) ``diverged`` where its losses are not finite or stray from ``base``'s."""
+    trial.loss_deviation, problem = loss_deviation(trial.losses, base.losses)
+    if problem is None and trial.loss_deviation is not None and trial.loss_deviation > tolerance:
+        problem = f"its loss deviates {trial.loss_deviation:.1%} from {reference}'s (tolerance {tolerance:.0%})"
+    if problem is not None:
+        trial.status, trial.reason = "diverged", problem
+
+
 def tune_precision(
     target: Any,
     *,
@@ -225,7 +234,7 @@ def tune_precision(
         raise ValueError("candidates is empty: name at least one plugin, e.g. ['fsdp:bf16-mixed']")
     reference = f"{chosen[0].partition(':')[0]}:32-true"
     settings = {"steps": steps, "warmup": warmup, "devices": devices, "accelerator": accelerator, "seed": seed}
-    start, longest, trials = time.monotonic(), 0.0, []
+    start, longest, trials = time.monotonic(), 0.0, list[Trial]()
     for spec in [reference, *(c for c in chosen if c != reference)]:
         elapsed = time.monotonic() - start
         if budget_s is not None and spec != reference and elapsed + longest > budget_s:
@@ -238,19 +247,14 @@ def tune_precision(
                 raise TuneTargetError(record["reason"] + f"\n{record.get('traceback', '')}".rstrip())
             trial = _trial(record, time.monotonic() - began)
             longest = max(longest, trial.wall_s)
+        if trial.status == "ok":  # judged as it finishes (the reference ran first): the progress line is final
+            _judge(trial, trials[0] if trials else trial, reference, tolerance)
         trials.append(trial)
         if spec == reference and trial.status != "ok":
             raise TuneTargetError(f"the reference {reference} cannot train the model: {trial.reason}")
         if on_trial is not None:
             on_trial(trial)
     base = trials[0]
-    for trial in trials:
-        if trial.status == "ok":
-            trial.loss_deviation, problem = loss_deviation(trial.losses, base.losses)
-            if problem is None and trial.loss_deviation is not None and trial.loss_deviation > tolerance:
-                problem = f"its loss deviates {trial.loss_deviation:.1%} from {reference}'s (tolerance {tolerance:.0%})"
-            if problem is not None:
-                trial.status, trial.reason = "diverged", problem
     ran = sorted((t for t in trials if t.status == "ok" and t.step_ms is not None), key=lambda t: t.step_ms or 0.0)
     rest = [t for t in trials if t not in ran]
     wall = time.monotonic() - start

@@ -715,6 +715,11 @@ def _measure_findings(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def _percent(x: float | None) -> str:
+    """A small relative deviation in percent with 2 significant digits (0.0031%), 0 as 0%, ``None`` as -."""
+    return "-" if x is None else "0%" if x == 0 else f"{x * 100:.2g}%"
+
+
 def _measure_table(r: dict[str, Any]) -> str:
     ref = next((c for c in r["candidates"] if c["spec"] == r["reference"]), None)
     rows = []
@@ -724,7 +729,7 @@ def _measure_table(r: dict[str, Any]) -> str:
                      f"{ms:.1f} ({c['step_ms_low']:.1f}-{c['step_ms_high']:.1f})" if ms is not None else "-",
                      f"{ms / ref['step_ms']:.2f}x" if ms is not None and ref and ref["step_ms"] else "-",
                      fmt_bytes(c["peak_bytes"]) if c["peak_bytes"] is not None else "-",
-                     f"{c['loss_deviation']:.2%}" if c["loss_deviation"] is not None else "-",
+                     _percent(c["loss_deviation"]),
                      {True: "ok", False: "mismatch", None: "-"}[c["audit_ok"]],
                      (c["reason"] or "").replace("[", "(").replace("]", ")")])  # fmt: skip
     header = ["candidate", "status", "median ms per step (95% interval)", "vs 32-true", "peak memory",

@@ -65,7 +65,9 @@ class TuneResult:
         reason: one line saying why ``picked`` (or why nothing) was picked.
         candidates: every candidate's [`Trial`][precision_base.tune.search.Trial], fastest first, then those
             that did not train.
-        tolerance, steps, warmup: what the search ran with.
+        tolerance: the largest mean relative loss deviation a picked candidate may have.
+        steps: the timed optimizer steps of every candidate.
+        warmup: the optimizer steps before them, left out of the timing.
         overhead_s: the search's own time besides the fits (process starts, imports, building the model).
         wall_s: the whole search.
     """
@@ -218,7 +220,8 @@ def tune_precision(
         budget_s: the whole search's seconds; a candidate is started only while the longest trial so far still
             fits, and the rest are listed as ``skipped``.
         tolerance: the largest mean relative deviation of a candidate's losses from the reference's.
-        devices, accelerator: passed to the Trainer of every candidate.
+        devices: the Trainer's ``devices`` for every candidate (``2``: each candidate trains in 2 processes).
+        accelerator: the Trainer's ``accelerator`` for every candidate.
         on_trial: called with each candidate's row as it finishes (a progress line).
 
     Raises:

@@ -181,4 +181,9 @@ def _close_process_group() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    code = _main(sys.argv[1:])  # an exception propagates as usual: traceback in the rank's log, exit 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The work is done and the result written: leave without the interpreter's teardown, where a gloo thread that is
+    # still joinable aborts the process ("terminate called without an active exception", exit -6) after the fact.
+    os._exit(code)

@@ -173,13 +173,10 @@ def convert_kept(
             float32 policy, or (``*-true``) an FSDP2 unit sharded without the plugin holds a kept module and its own
             parameters in another dtype than the precision's.
     """
-    if keep:
+    defaults_only = not keep and keep.active and fsdp_version_of(module) == 2  # the default rules are FSDP2's only
+    if keep or (defaults_only and not plan.mixed):
         return _convert_with_kept(module, plan, keep, device_type, spec=spec, precision=precision, door=door, warn=warn)
-    if keep.active and fsdp_version_of(module) == 2:  # the default float32 rules are FSDP2's only
-        if not plan.mixed:
-            return _convert_with_kept(
-                module, plan, keep, device_type, spec=spec, precision=precision, door=door, warn=warn
-            )
+    if defaults_only:
         _check_default_kept(module, keep, spec, door, warn)
     return None
 

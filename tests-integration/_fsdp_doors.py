@@ -335,4 +335,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from precision_testsupport.launch import leave_rank
+
+    leave_rank(main())  # both processes (Lightning's launcher starts the second): no abort at interpreter teardown

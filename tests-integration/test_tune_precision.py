@@ -24,13 +24,15 @@ pytest.importorskip("precision_fsdp", reason="the candidates are precision-fsdp'
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks fp8's refusal on a machine without an FP8 GPU")
 def test_picks_the_fastest_that_trains_and_says_why_the_others_were_not_picked() -> None:
-    seen = []
+    seen, started = [], []
     result = tune_precision(
         FACTORY, candidates=["fsdp:bf16-mixed", "fsdp:16-true", "fsdp:fp8-tensorwise"], steps=4, warmup=1,
-        on_trial=seen.append,
+        on_trial=seen.append, on_start=lambda *run: started.append(run),
     )  # fmt: skip
     rows = {t.spec: t for t in result.candidates}
-    assert [t.spec for t in seen] == ["fsdp:32-true", "fsdp:bf16-mixed", "fsdp:16-true", "fsdp:fp8-tensorwise"]
+    order = ["fsdp:32-true", "fsdp:bf16-mixed", "fsdp:16-true", "fsdp:fp8-tensorwise"]
+    assert [t.spec for t in seen] == order
+    assert started == [(spec, i, 4) for i, spec in enumerate(order)]
     assert result.reference == "fsdp:32-true"
     assert rows["fsdp:32-true"].status == rows["fsdp:bf16-mixed"].status == "ok"
     assert rows["fsdp:32-true"].loss_deviation == 0.0

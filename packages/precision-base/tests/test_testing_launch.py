@@ -58,3 +58,39 @@ def test_process_group_is_a_real_world_of_one(tmp_path: Path) -> None:
         dist.all_reduce(value)
         assert value.tolist() == [1.0, 1.0]
     assert not dist.is_initialized()
+
+
+LEAVES = textwrap.dedent("""
+    import atexit
+    import sys
+
+    import torch.distributed as dist
+
+    from precision_testsupport.launch import leave_rank
+
+    real_destroy = dist.destroy_process_group
+
+
+    def destroy(*args, **kwargs):
+        real_destroy(*args, **kwargs)
+        print(f" group closed: {not dist.is_initialized()}", end="")
+
+
+    dist.destroy_process_group = destroy
+    atexit.register(lambda: print(" interpreter teardown ran", flush=True))
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+    print("result written", end="")  # no newline: only a flush shows it
+    leave_rank(3)
+""")
+
+
+def test_leave_rank_closes_the_group_flushes_and_skips_the_interpreter_teardown(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "leaves.py"
+    script.write_text(LEAVES)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stdout == "result written group closed: True"  # and no atexit handler: no interpreter teardown

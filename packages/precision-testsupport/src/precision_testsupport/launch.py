@@ -1,6 +1,6 @@
 """Real multi-process runs for this repository's tests, benchmarks and examples (not published).
 
-``run_ranks``, ``world_size`` and ``LaunchError`` are the conformance kit's launcher,
+``run_ranks``, ``world_size``, ``leave_rank`` and ``LaunchError`` are the conformance kit's launcher,
 :mod:`precision_base.testing.ranks` (each rank runs ``python -m precision_base.testing.ranks TARGET ARGS OUT``)::
 
     from precision_testsupport.launch import run_ranks
@@ -9,7 +9,8 @@
 
 ``process_group`` is the in-process alternative: a real world of one, for unit tests of code that needs an
 initialised process group (FSDP2's ``fully_shard``, DTensors). ``ensure_process_group`` joins the launch's group
-inside a rank. Importing this module imports no torch.
+inside a rank. A script run as a user would (Lightning's launcher starting its second process) ends with
+``leave_rank(main())``: no abort at interpreter teardown. Importing this module imports no torch.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from precision_base.testing.ranks import LaunchError, run_ranks, world_size
+from precision_base.testing.ranks import LaunchError, leave_rank, run_ranks, world_size
 
-__all__ = ["LaunchError", "ensure_process_group", "process_group", "run_ranks", "world_size"]
+__all__ = ["LaunchError", "ensure_process_group", "leave_rank", "process_group", "run_ranks", "world_size"]
 
 
 def ensure_process_group(backend: str = "gloo") -> None:

@@ -1,8 +1,8 @@
 """``precision-plugins recommend --measure TARGET``: [`tune_precision`][precision_base.tune.search.tune_precision]
-from the command line. One line per candidate on stderr as it finishes, then the table (or ``--json``) on stdout;
-``--out DIR`` also writes ``DIR/tune.json`` and, where matplotlib is installed,
-``DIR/tune.png`` ([`precision_base.tune.plot`][]). Exit 0 when a candidate was picked, 1 when none trained within the
-tolerance (errors: 2, from the CLI's handler)."""
+from the command line. Its progress on stderr (a bar on a terminal; one line per candidate as it finishes), then
+the table (or ``--json``) on stdout; ``--out DIR`` also writes ``DIR/tune.json`` and, where matplotlib is
+installed, ``DIR/tune.png`` ([`precision_base.tune.plot`][]). Exit 0 when a candidate was picked, 1 when none
+trained within the tolerance (errors: 2, from the CLI's handler)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any, Optional, TextIO
 
 from precision_base.tune.search import DEFAULT_TOLERANCE, Trial, tune_precision
 
@@ -35,19 +36,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write tune.json (and tune.png) into this folder")
 
 
-def _progress(trial: Trial) -> None:
-    timing = f"{trial.step_ms:.1f} ms/step" if trial.step_ms is not None else trial.reason
-    print(f"[measure] {trial.spec}: {trial.status}, {timing} ({trial.wall_s:.0f} s)", file=sys.stderr, flush=True)
+class Progress:
+    """The search's progress on ``stream``: on a terminal, a tqdm bar over the runs (the reference, then each
+    candidate) naming the one training, with each finished candidate's line printed above it; elsewhere (a log, a
+    pipe) only the finished candidates' lines, one each."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.bar: Optional[Any] = None
+        self.use_bar = stream.isatty()
+
+    def start(self, spec: str, position: int, total: int) -> None:
+        if not self.use_bar:
+            return
+        if self.bar is None:
+            from tqdm import tqdm  # Lightning's own dependency: present wherever a candidate can train
+
+            self.bar = tqdm(total=total, file=self.stream, unit="run", leave=False, dynamic_ncols=True)
+        self.bar.set_description(f"[measure] training {spec}")
+
+    def finish(self, trial: Trial) -> None:
+        timing = f"{trial.step_ms:.1f} ms/step" if trial.step_ms is not None else trial.reason
+        line = f"[measure] {trial.spec}: {trial.status}, {timing} ({trial.wall_s:.0f} s)"
+        if self.bar is None:
+            print(line, file=self.stream, flush=True)
+            return
+        self.bar.write(line, file=self.stream)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the search ``args`` describes and print it."""
     devices = int(args.devices) if str(args.devices).isdigit() else args.devices
     candidates = [c.strip() for c in args.candidates.split(",") if c.strip()] if args.candidates else None
-    result = tune_precision(
-        args.measure, candidates=candidates, steps=args.steps, warmup=args.warmup, budget_s=args.budget,
-        tolerance=args.tolerance, devices=devices, accelerator=args.accelerator, on_trial=_progress,
-    )  # fmt: skip
+    progress = Progress(sys.stderr)
+    try:
+        result = tune_precision(
+            args.measure, candidates=candidates, steps=args.steps, warmup=args.warmup, budget_s=args.budget,
+            tolerance=args.tolerance, devices=devices, accelerator=args.accelerator, on_trial=progress.finish,
+            on_start=progress.start,
+        )  # fmt: skip
+    finally:
+        progress.close()
     data = result.as_dict()
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -63,4 +97,4 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.picked else 1
 
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["Progress", "add_arguments", "run"]

@@ -95,7 +95,7 @@ class TuneResult:
                 t.spec + (" *" if t.spec == self.picked else ""), t.status,
                 f"{t.step_ms:.1f}" if t.step_ms is not None else "", ratio,
                 f"{t.peak_bytes / 2**20:.0f}" if t.peak_bytes is not None else "",
-                f"{t.loss_deviation:.1%}" if t.loss_deviation is not None else "",
+                percent(t.loss_deviation) if t.loss_deviation is not None else "",
                 {True: "ok", False: "mismatch", None: ""}[t.audit_ok], "" if t.status == "ok" else t.reason,
             ))  # fmt: skip
         widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -105,6 +105,18 @@ class TuneResult:
                 f"search {self.wall_s:.1f} s, of which {self.overhead_s:.1f} s outside the fits (process starts, "
                 "imports, the model's construction)")  # fmt: skip
         return "\n".join([head, f"  {self.reason}", "", *(line.rstrip() for line in lines), "", foot])
+
+
+def percent(fraction: float) -> str:
+    """``fraction`` as a percentage with two significant digits: ``0.0123`` -> ``"1.2%"``, ``0.00034`` ->
+    ``"0.034%"``, ``0.25`` -> ``"25%"``, ``1.5`` -> ``"150%"``; zero is ``"0%"``."""
+    value = fraction * 100
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}%"
+    if abs(value) >= 10:
+        return f"{value:.0f}%"
+    digits = 1 - math.floor(math.log10(abs(value)))
+    return f"{value:.{digits}f}%"
 
 
 def median_interval(values: Sequence[float]) -> tuple[float, float, float]:
@@ -190,7 +202,7 @@ def _judge(trial: Trial, base: Trial, reference: str, tolerance: float) -> None:
     """Mark ``trial`` (status ``ok``) ``diverged`` where its losses are not finite or stray from ``base``'s."""
     trial.loss_deviation, problem = loss_deviation(trial.losses, base.losses)
     if problem is None and trial.loss_deviation is not None and trial.loss_deviation > tolerance:
-        problem = f"its loss deviates {trial.loss_deviation:.1%} from {reference}'s (tolerance {tolerance:.0%})"
+        problem = f"its loss deviates {percent(trial.loss_deviation)} from {reference}'s (tolerance {tolerance:.0%})"
     if problem is not None:
         trial.status, trial.reason = "diverged", problem
 
@@ -207,6 +219,7 @@ def tune_precision(
     accelerator: str = "auto",
     seed: int = 0,
     on_trial: Optional[Callable[[Trial], None]] = None,
+    on_start: Optional[Callable[[str, int, int], None]] = None,
 ) -> TuneResult:
     """Try precision plugins on the model ``target`` builds and pick the fastest that still trains.
 
@@ -223,6 +236,8 @@ def tune_precision(
         devices: the Trainer's ``devices`` for every candidate (``2``: each candidate trains in 2 processes).
         accelerator: the Trainer's ``accelerator`` for every candidate.
         on_trial: called with each candidate's row as it finishes (a progress line).
+        on_start: called as each candidate's process starts, with its name, its position (0: the reference) and
+            the number of runs (the reference and the candidates).
 
     Raises:
         TuneTargetError: ``target`` cannot be run in a fresh process, the factory fails (the reference run says how;
@@ -238,12 +253,15 @@ def tune_precision(
     reference = f"{chosen[0].partition(':')[0]}:32-true"
     settings = {"steps": steps, "warmup": warmup, "devices": devices, "accelerator": accelerator, "seed": seed}
     start, longest, trials = time.monotonic(), 0.0, list[Trial]()
-    for spec in [reference, *(c for c in chosen if c != reference)]:
+    order = [reference, *(c for c in chosen if c != reference)]
+    for position, spec in enumerate(order):
         elapsed = time.monotonic() - start
         if budget_s is not None and spec != reference and elapsed + longest > budget_s:
             trial = Trial(spec, "skipped", f"the budget of {budget_s:.0f} s was spent ({elapsed:.0f} s used)")
         else:
             left = None if budget_s is None or spec == reference else max(1.0, budget_s - elapsed)
+            if on_start is not None:
+                on_start(spec, position, len(order))
             began = time.monotonic()
             record = run_trial(spec, ref, settings, left)
             if spec == reference and record.get("factory_error"):
@@ -273,5 +291,5 @@ def tune_precision(
                       overhead, wall)  # fmt: skip
 
 
-__all__ = ["DEFAULT_TOLERANCE", "STATUSES", "Trial", "TuneResult", "loss_deviation", "median_interval",
+__all__ = ["DEFAULT_TOLERANCE", "STATUSES", "Trial", "TuneResult", "loss_deviation", "median_interval", "percent",
            "tune_precision"]  # fmt: skip

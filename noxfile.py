@@ -8,6 +8,7 @@
     nox -s bump -- precision-fsdp minor    rewrite the tracked version file and CHANGELOG.md of one package
     nox -s clean [-- --caches]             remove .nox venvs and build/ (and empty pip's and uv's caches)
     nox -s gpu_kit [-- TARGET.toml]        wheels for a GPU node without network into build/gpu-kit/
+    nox -s gpu_kit_rehearsal               that kit for this machine, installed offline, the node command's dry run
 
 The packages come from ``[tool.precision-plugins]`` in pyproject.toml (tools/packages.py); the matrix axes, the
 CI cell and extra cells from tools/matrix.toml (tools/matrix.py). Each cell writes build/matrix/reports/<cell>.json.
@@ -17,12 +18,10 @@ indexes, constraint files). Sessions that install torch use virtualenv + pip by 
 pip's configuration; ``NOX_TORCH_BACKEND=uv`` switches them to uv (shared cache, hard links) where every wheel
 comes from an index. Sessions without torch use uv when nox has it (``pip install nox[uv]``).
 
-Disk: a venv with the CPU build of torch takes about 1.3 GB, with a CUDA build about 5.5 GB, and pip's cache keeps the
-wheels. So every session that fills a venv first checks the free space where it writes (tools/diskspace.py) and
-stops before installing anything when short, naming what ``nox -s clean`` would free. One-shot sessions (matrix
-cells other than the CI cell, ``lowest-*``, the zoo, the nightly integration) remove their venv when they end, pass
-or fail; ``NOX_KEEP_VENVS=1`` keeps them for debugging. ``NOX_DISCARD_VENVS=1`` (set by .ci/run) removes every
-session's venv when it ends.
+Disk: a venv holds 1.3 GB (CPU torch) to 5.5 GB (CUDA torch). Every session that fills one first checks the free
+space (tools/diskspace.py) and stops before installing when short; one-shot sessions (cells other than the CI cell,
+``lowest-*``, the zoo, the nightly integration) remove their venv when they end (``NOX_KEEP_VENVS=1`` keeps it);
+``NOX_DISCARD_VENVS=1`` (set by .ci/run) removes every session's venv when it ends.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))  # `python -m nox` has the noxfile's folder on sys.path, `nox` has not
-from tools import diskspace, matrix, prerequisites
+from tools import diskspace, gpu_rehearsal, matrix, prerequisites
 from tools.nox_support import (
     LIGHT,
     NOT_NIGHTLY,
@@ -67,12 +66,8 @@ for _pkg in PACKAGES.values():
 @nox.session(python=PYTHON, tags=["ci"])
 @venv(ci_torch)
 def integration(session: nox.Session) -> None:
-    """tests-integration/ but the ``nightly`` ones: multi-process Trainer runs, wheels in fresh venvs, checkpoints
-    across packages; then benchmarks/tests (the benchmark code's plumbing: statistics, report files, the GPU
-    command's parsing and dry run, and that the comparison loops do ours' work: the same losses on 2 ranks).
-
-    Files that matrix cells run (``[tests]`` in tools/matrix.toml) are left to them: the CI cells run them too.
-    """
+    """tests-integration/ but the ``nightly`` ones and the files matrix cells run (``[tests]`` in tools/matrix.toml);
+    then benchmarks/tests (the benchmarks' plumbing: statistics, reports, the GPU dry run, the loops' same work)."""
     run_integration(session, NOT_NIGHTLY)
 
 
@@ -137,10 +132,8 @@ def tools(session: nox.Session) -> None:
 @venv(light)
 def build(session: nox.Session) -> None:
     """Wheels and sdists into dist/ (emptied first): twine check --strict, tools.check_dist, changelog fragments.
-
-    ``nox -s build -- precision-fsdp --release`` builds one package and also requires its CHANGELOG.md to have
-    an entry for its version (what the release workflow runs and publishes).
-    """
+    ``nox -s build -- precision-fsdp --release`` builds one package and also requires its CHANGELOG.md to have an
+    entry for its version (what the release workflow runs and publishes)."""
     session.install("build", "twine", "packaging", "towncrier")
     release = "--release" in session.posargs
     chosen = [find(a) for a in session.posargs if not a.startswith("-")] or list(PACKAGES.values())
@@ -223,6 +216,15 @@ def gpu_kit(session: nox.Session) -> None:
     prints the plan only. Refuses a kit above 48 MiB; prints the command that installs it on the node."""
     session.install("pip", "build", "packaging")
     session.run("python", "-m", "tools.gpu_kit", *session.posargs)
+
+
+@nox.session(python=PYTHON, tags=["ci", "gpu_kit"])
+@venv(ci_torch, one_shot=True)
+def gpu_kit_rehearsal(session: nox.Session) -> None:
+    """The node command rehearsed here (tools/gpu_rehearsal.py): a fresh venv of the rehearsal target's set only,
+    the kit built for it, installed with no index, ``tools/gpu_node.sh --dry-run``, then what the node would need."""
+    session.install(*gpu_rehearsal.requirements())
+    session.run("python", "-m", "tools.gpu_rehearsal", str(ROOT / "build" / "gpu-rehearsal"))
 
 
 @nox.session(venv_backend="none", tags=["matrix", "table"])

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.report import DOCS
 from precision_testsupport.launch import run_ranks
 from tools.docgen import benchmark_index
 
@@ -96,7 +95,7 @@ def plan(args: argparse.Namespace, bf16: bool = True) -> dict[str, Any]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = report.parser(__doc__)
     parser.add_argument("--budget-s", type=float, default=400.0, help="time for the fits of both sections (s)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated: {', '.join(SECTIONS)}")
     parser.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated: {', '.join(SETUPS)}")
@@ -106,19 +105,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fp8-steps", type=int, default=15, help="timed steps per fp8 fit (after --warmup)")
     parser.add_argument("--layers", type=int, default=0, help="fp8 model blocks (default 18: ~1B parameters)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense half-precision peak of the GPU")
-    report.output_options(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit; needs no GPU")
     parser.add_argument("--fp8", action="store_true", help="the fp8 section only (same as --sections fp8)")
     parser.add_argument("--only", default=None, help="the same as --sections (rerun a part)")
     parser.add_argument("--no-index", action="store_true", help="no index pages beside the report (the GPU node)")
-    args = parser.parse_args(argv)
+    args = report.parse(parser, argv)
     chosen = "fp8" if args.fp8 else args.only or args.sections
     args.sections = report.choose(parser, "section", chosen, SECTIONS)
     args.setups = report.choose(parser, "setup", args.setups, SETUPS)
     if args.steps < 2 or args.warmup < 0 or args.budget_s <= 0:
         parser.error("--steps must be at least 2, --warmup at least 0 and --budget-s positive")
-    if args.update_docs:
-        args.out = DOCS
     return args
 
 
@@ -159,16 +155,15 @@ def lightning_fit(setup: str, variant: str, precision: str, net: Any, data: list
     def fit(tick: Callable[[], None]) -> list[float]:
         import lightning.pytorch as pl
         import torch
-        from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
+        from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 
         import precision_base
-        from bench.runs import bench_module, fsdp2_variant, loss_fn
-        from precision_testsupport.models import QUIET, GPTBlock
+        from bench.runs import bench_module, fsdp2_variant, loss_fn, train
+        from precision_testsupport.models import GPTBlock
 
         shard = None
         if setup == "fsdp2":
             trainer_cls, shard, kw = fsdp2_variant(variant, precision)
-            kw["strategy"] = ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1)
         elif setup == "single":  # the fp8 section: the plugin picks its own strategy
             trainer_cls, kw = precision_base.Trainer, {"precision_plugin": precision_base.resolve(precision)}
         else:
@@ -182,8 +177,8 @@ def lightning_fit(setup: str, variant: str, precision: str, net: Any, data: list
             for block in net.blocks:
                 block.compile()
         module = bench_module(net, lambda n, t: loss_fn(n(t[:, :-1]), t[:, 1:]), tick, 1e-4, shard=shard)
-        trainer = trainer_cls(accelerator=accelerator, devices=1, max_steps=len(data), **kw, **QUIET)
-        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=None))
+        loader = torch.utils.data.DataLoader(data, batch_size=None)
+        trainer = train(trainer_cls, module, loader, len(data), accelerator=accelerator, **kw)
         fit.converted = len(getattr(trainer.precision_plugin, "fp8_converted", []))  # type: ignore[attr-defined]
         return list(module.losses)
 
@@ -303,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         fp8_problem = hardware_problem() if find_spec("torchao") else "torchao is not installed (precision-fsdp[fp8])"
         if fp8_problem:
             p["fp8"] = []
-            p["budget_s"]["fits"] += p["budget_s"].pop("fp8")
+            spare = p["budget_s"].pop("fp8")  # to the fits where they run (--only fp8: nothing is left to run)
+            if "fits" in p["budget_s"]:
+                p["budget_s"]["fits"] += spare
     config = {"plan": p, "rounds": args.rounds, "peak_tflops": peak_tflops(name, args.peak_tflops),
               "fp8_problem": fp8_problem, "gpus": 1}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)

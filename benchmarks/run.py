@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -30,23 +29,22 @@ def benchmarks(cache: Path = CACHE) -> dict[str, Callable[[bool], dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     names = list(benchmarks())
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = report.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="few samples: a smoke test of every benchmark")
     parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(names)}")
-    report.output_options(parser)
     parser.add_argument("--cache", type=Path, default=CACHE, help="where discovery keeps its venvs between runs")
     parser.add_argument("--keep-going", action="store_true", help="run the other benchmarks when one fails")
-    args = parser.parse_args(argv)
+    args = report.parse(parser, argv)
     chosen = report.choose(parser, "benchmark", args.only or ",".join(names), names)
     if args.update_docs and args.quick:
         parser.error("--update-docs publishes results: run it without --quick")
-    out, runs, failed = report.DOCS if args.update_docs else args.out, benchmarks(args.cache), []
+    runs, failed = benchmarks(args.cache), []
     for name in chosen:
         start = time.perf_counter()
         print(f"[bench] {name} ...", flush=True)
         try:
             machine = report.machine_info()
-            paths = report.save(out, name, start, quick=args.quick, machine=machine, **runs[name](args.quick))
+            paths = report.save(args.out, name, start, quick=args.quick, machine=machine, **runs[name](args.quick))
         except Exception:
             failed.append(name)
             traceback.print_exc()
@@ -54,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
         else:
             print(f"[bench] {name}: {time.perf_counter() - start:.0f} s -> {', '.join(map(str, paths))}", flush=True)
-    print(f"[bench] index: {benchmark_index.write(out)}")
+    print(f"[bench] index: {benchmark_index.write(args.out)}")
     if failed:
         print(f"[bench] FAILED: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -11,6 +11,10 @@ import random
 import time
 from typing import Any
 
+import lightning.pytorch as pl
+import torch
+
+import precision_base
 from bench import report, runs
 from precision_testsupport import architectures
 
@@ -19,14 +23,6 @@ VARIANTS = ("audit", "plain")
 
 
 def _fit(backend: str, variant: str, steps: int, batch: int) -> list[float]:
-    import lightning.pytorch as pl
-    import torch
-
-    import precision_base
-    from precision_testsupport.launch import world_size
-
-    world_size()
-
     class Timer(pl.Callback):
         def __init__(self) -> None:
             self.times: list[float] = []
@@ -38,41 +34,18 @@ def _fit(backend: str, variant: str, steps: int, batch: int) -> list[float]:
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             self.times.append(time.perf_counter() - self._start)
 
-    class LM(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = architectures.build("llama", 0, 0, 0, seed=0)
-
-        def training_step(self, data: Any, batch_idx: int) -> torch.Tensor:
-            ids, target = data
-            logits = self.net(ids)
-            return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), target.flatten())
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.AdamW(self.parameters(), lr=1e-3)
-
-        def train_dataloader(self) -> Any:
-            data = architectures.data("llama", steps * batch * 2, 0, 0, seed=1)
-            return torch.utils.data.DataLoader(data, batch_size=batch)
-
-    timer = Timer()
-    callbacks: list[Any] = [timer] + (
-        [precision_base.PrecisionAudit(steps=1, strict=True)] if variant == "audit" else []
-    )
+    timer, net = Timer(), architectures.build("llama", 0, 0, 0, seed=0)
+    module = runs.bench_module(net, lambda n, b: runs.loss_fn(n(b[0]), b[1]), lambda: None, 1e-3)
+    data = torch.utils.data.DataLoader(architectures.data("llama", steps * batch * 2, 0, 0, seed=1), batch_size=batch)
     # the audit first: its step-end work (removing the hooks, comparing, exchanging mismatches) counts in step 0
-    callbacks.reverse()
-    trainer = precision_base.Trainer(
-        precision_plugin=f"{backend}:bf16-mixed", accelerator="cpu", devices=2, max_steps=steps, callbacks=callbacks,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
-    trainer.fit(LM())
+    callbacks = [precision_base.PrecisionAudit(steps=1, strict=True)] if variant == "audit" else []
+    runs.train(precision_base.Trainer, module, data, steps, precision_plugin=f"{backend}:bf16-mixed",
+               callbacks=[*callbacks, timer], use_distributed_sampler=True)  # fmt: skip
     return runs.slowest_rank(timer.times)
 
 
 def worker(args: dict[str, Any]) -> dict[str, Any]:
     """Inside each rank: every round, both variants in a shuffled order (the same in every rank)."""
-    import torch
-
     torch.set_num_threads(1)
     rng = random.Random(0)
     samples: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}

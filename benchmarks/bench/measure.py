@@ -10,6 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
+import torch
+
+from precision_base import tune_precision
 from precision_testsupport import architectures
 
 MODELS = ("llama", "resnet")
@@ -17,9 +21,6 @@ BATCH = {"llama": 8, "resnet": 16}
 
 
 def _factory(model: str) -> tuple[Any, Any]:
-    import lightning.pytorch as pl
-    import torch
-
     class Classifier(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -46,8 +47,6 @@ def resnet() -> tuple[Any, Any]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from precision_base import tune_precision
-
     steps, warmup = (3, 1) if quick else (20, 3)
     results = {}
     for model in MODELS[:1] if quick else MODELS:

@@ -14,6 +14,9 @@ import gc
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch.distributed.tensor import DTensor
+
 from bench import runs
 
 ROLES = ("params", "master", "grads", "optimizer_state", "other")
@@ -40,9 +43,6 @@ class Ledger:
         self.seen, self.bytes = set[int](), dict.fromkeys(ROLES, 0)
 
     def walk(self, role: str, value: Any, depth: int = 3) -> None:
-        import torch
-        from torch.distributed.tensor import DTensor
-
         if isinstance(value, torch.Tensor):
             if value.grad is not None:
                 self.walk("grads", value.grad)

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 from bench import runs
 from bench.memory import reset_peak, vm
+from precision_fsdp.float8 import config as float8
 from precision_testsupport import architectures
 
 SETUPS = ("ours-default", "ours-whole", "builtin")
@@ -37,8 +41,6 @@ class GatherCounter:
         self.sizes: list[int] = []
 
     def __enter__(self) -> GatherCounter:
-        import torch.distributed as dist
-
         self._original = dist.all_gather_single
 
         def counting(output: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
@@ -49,31 +51,22 @@ class GatherCounter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        import torch.distributed as dist
-
         dist.all_gather_single = self._original
 
 
 def _fit(setup: str, precision: str, task: runs.Task, steps: int) -> dict[str, Any]:
-    import precision_base
-
     if setup == "builtin":
         return runs.fsdp("builtin", precision, task, steps, 0)
     options = {"fp8_emulate": True} if precision.startswith("fp8") else {}
-    ours = precision_base.resolve(f"fsdp:{precision}", **options)
-    if setup == "ours-default":
-        return runs._lightning_fit(precision_base.Trainer, task, steps, 0, None, None, precision_plugin=ours)
-    from lightning.pytorch.strategies import ModelParallelStrategy
-
-    from precision_testsupport.launch import world_size
+    trainer, shard, kw = runs.fsdp2_variant("ours", precision, **options)
+    if setup == "ours-default":  # no strategy, no configure_model
+        return runs._lightning_fit(trainer, task, steps, 0, None, None, precision_plugin=kw["precision_plugin"])
 
     def root_only(module: Any, mesh: Any, is_root: bool) -> None:
         if is_root:  # the model itself, not one of its blocks
-            ours.fully_shard(module, mesh=mesh)
+            shard(module, mesh, is_root)
 
-    strategy = ModelParallelStrategy(data_parallel_size=world_size(), tensor_parallel_size=1)
-    return runs._lightning_fit(precision_base.Trainer, task, steps, 0, None, root_only, strategy=strategy,
-                               precision_plugin=ours)  # fmt: skip
+    return runs._lightning_fit(trainer, task, steps, 0, None, root_only, **kw)
 
 
 def worker(args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -102,10 +95,6 @@ def gather_breakdown(model: str) -> list[dict[str, Any]]:
     layers with dimensions multiples of 16, except the model's first and last Linear) and default units (the decoder
     layers, gathered twice a step: forward, and again in backward after resharding; the rest, in the root unit, once).
     Parameter dtype under both: bfloat16 (2 bytes); a converted Linear's weight is gathered in float8 (1 byte)."""
-    import torch
-
-    from precision_fsdp.float8 import config as float8
-
     net = architectures.build(model, 0, 0, 0, 0)
     chosen, linears = float8.default_filter(net), float8._linears(net)
     first, last = linears[0][0], linears[-1][0]

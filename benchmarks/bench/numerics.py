@@ -13,7 +13,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 from bench import runs
+from precision_testsupport.models import teacher_data
 
 RUNS: list[dict[str, Any]] = [
     *({"backend": "fsdp", "variant": "ours", "precision": p} for p in ("32-true", "bf16-true", "16-true")),
@@ -48,10 +51,6 @@ def _full_weights(run: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
 
 def worker(args: dict[str, Any]) -> list[dict[str, Any]]:
     """Inside each rank: every run, then an fp32 evaluation of its final weights on held-out data."""
-    import torch
-
-    from precision_testsupport.models import teacher_data
-
     task, out = runs.Task(**args["task"]), []
     held_out = teacher_data(args["eval_samples"], task.width, task.classes, task.seed, split=1)
     for run in args["runs"]:

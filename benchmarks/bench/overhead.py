@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import random
 import time
+import warnings
 from typing import Any
+
+import torch
 
 from bench import report, runs
 from precision_testsupport import architectures
@@ -102,10 +105,6 @@ def _hook_block(plugin: Any, batch: Any, loss: Any, calls: int) -> float:
 def hooks(backend: str, precisions: list[str], calls: int, blocks: int) -> dict[str, Any]:
     """The plugin-only per-step microbenchmark: ``convert_input`` + ``train_step_context`` + ``convert_output``,
     ours and the built-in in alternating blocks of ``calls`` steps; microseconds per step and the ratio."""
-    import warnings
-
-    import torch
-
     batch, loss, out = (torch.randn(32, 128), torch.randint(0, 16, (32,))), torch.tensor(1.0), {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the built-in's CUDA autocast on a CPU warns at every entry

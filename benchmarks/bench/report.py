@@ -40,19 +40,15 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
     return {"n": len(values), "median": med, "p25": p25, "p75": p75, "iqr": p75 - p25, "rel_iqr": (p75 - p25) / med}
 
 
-def _interval(a: Sequence[float], b: Sequence[float], q: float) -> tuple[float, float]:
-    def ratio(x: Any, y: Any, axis: int = -1) -> Any:
-        return np.percentile(x, q, axis=axis) / np.percentile(y, q, axis=axis)
-
-    res = stats.bootstrap(
-        (np.asarray(a), np.asarray(b)), ratio, n_resamples=2000, method="percentile", rng=np.random.default_rng(0)
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
 def ratio(a: Sequence[float], b: Sequence[float], rounds_a: Any = None, rounds_b: Any = None) -> dict[str, Any]:
     """median(a) / median(b), its 95% interval, the p20 ratio, per-round ratios and a verdict."""
-    lo, hi = _interval(a, b, 50)
+
+    def of_medians(x: Any, y: Any, axis: int = -1) -> Any:
+        return np.percentile(x, 50, axis=axis) / np.percentile(y, 50, axis=axis)
+
+    res = stats.bootstrap((np.asarray(a), np.asarray(b)), of_medians, n_resamples=2000, method="percentile",
+                          rng=np.random.default_rng(0))  # fmt: skip
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     out: dict[str, Any] = {
         "ratio": float(np.median(a) / np.median(b)),
         "ci95": [lo, hi],
@@ -116,11 +112,21 @@ def choose(parser: argparse.ArgumentParser, label: str, text: str, allowed: Sequ
     return chosen
 
 
-def output_options(parser: argparse.ArgumentParser) -> None:
-    """The drivers' ``--out FOLDER`` (default build/benchmarks/) or ``--update-docs`` (:data:`DOCS`)."""
-    where = parser.add_mutually_exclusive_group()
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """A driver's parser, its description ``doc``'s first paragraph, with ``--out FOLDER`` (default build/benchmarks/)
+    or ``--update-docs`` (:data:`DOCS`); :func:`parse` reads it."""
+    driver = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    where = driver.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, default=ROOT / "build" / "benchmarks", help="output folder")
     where.add_argument("--update-docs", action="store_true", help=f"write into {DOCS.relative_to(ROOT)}")
+    return driver
+
+
+def parse(driver: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The driver's arguments, ``out`` being :data:`DOCS` under ``--update-docs``."""
+    args = driver.parse_args(argv)
+    args.out = DOCS if args.update_docs else args.out
+    return args
 
 
 def save(out: Path, name: str, start: float, **data: Any) -> list[Path]:

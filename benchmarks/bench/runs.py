@@ -21,9 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from lightning.pytorch.plugins import precision as pl_precision
+from lightning.pytorch.strategies import ModelParallelStrategy
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+import precision_base
 from precision_base.plugin_support import precision_dtype
+from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
+from precision_fsdp import FSDP2Strategy
 from precision_testsupport import architectures
 from precision_testsupport.launch import ensure_process_group, run_ranks, world_size
 from precision_testsupport.models import QUIET
@@ -53,23 +63,18 @@ def in_ranks(target: str, args: dict[str, Any], world: int = 2, threads: int = 1
     return run_ranks(target, args, world=world, threads=threads, timeout=1800, cwd=bench_dir, env=env)
 
 
-def pin_to_own_cpu() -> list[int]:
+def pin_to_own_cpu() -> None:
     """Pin this rank to a CPU of its own (rank ``i`` to the ``i``-th usable CPU) when there are as many usable CPUs
-    as ranks: ranks then never trade CPUs mid-step, which steadies step times. Returns the CPUs this rank may use."""
+    as ranks: ranks then never trade CPUs mid-step, which steadies step times."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    rank = int(os.environ.get("RANK", "0"))
     if cpus and len(cpus) >= world_size():
-        os.sched_setaffinity(0, {cpus[rank]})
-        return [cpus[rank]]
-    return cpus
+        os.sched_setaffinity(0, {cpus[int(os.environ.get("RANK", "0"))]})
 
 
 def norms_in_fp32(net: torch.nn.Module, out_dtype: torch.dtype | None) -> list[torch.nn.Module]:
     """What the plugins do by default under ``*-mixed`` with BatchNorm layers, in plain torch: each computes in
     float32 (autocast off inside; input, weight and bias read as float32, running statistics float32) and casts its
     output to ``out_dtype`` (``None``: left float32). Returns those layers (for FSDP2 to shard each on its own)."""
-    import torch.nn.functional as F
-
     kinds = torch.nn.BatchNorm1d | torch.nn.BatchNorm2d | torch.nn.BatchNorm3d
     norms = [m for m in net.modules() if isinstance(m, kinds)]
 
@@ -104,11 +109,6 @@ def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(out.float().flatten(0, -2), y.flatten())
 
 
-def cast_input(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Floating inputs to ``dtype`` (what the plugins' ``convert_input`` does); token ids stay int64."""
-    return x.to(dtype) if x.is_floating_point() else x
-
-
 class Clock:
     """Start of every step (wall and process CPU time, after ``sync()``: e.g. ``torch.cuda.synchronize``); a step
     lasts to the next start (fetch to optimizer step)."""
@@ -130,8 +130,6 @@ class Clock:
 
 def slowest_rank(values: list[float]) -> list[float]:
     """Element-wise maximum over the ranks (a step ends when its slowest rank ends)."""
-    import torch.distributed as dist
-
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return list(values)
     gathered: list[Any] = [None] * dist.get_world_size()
@@ -142,8 +140,6 @@ def slowest_rank(values: list[float]) -> list[float]:
 def with_every_rank(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` (this rank's figures) with ``per_rank``: every rank's record, gathered in rank order (the process
     group is started when no fit has started it)."""
-    import torch.distributed as dist
-
     ensure_process_group()
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, record)
@@ -154,7 +150,6 @@ def bench_module(net: Any, loss: Any, tick: Any, lr: float, on_step: OnStep = No
     """The LightningModule every Lightning variant trains: ``loss(net, batch)``, AdamW, ``tick()`` at every step's
     start and at the end, ``on_step(module, optimizer)`` before each optimizer step, and in ``configure_model``
     ``shard(module, mesh, is_root)`` over ``net.blocks`` then ``net`` (FSDP2). Records ``losses``."""
-    import lightning.pytorch as pl
 
     class Bench(pl.LightningModule):
         def __init__(self) -> None:
@@ -186,19 +181,44 @@ def bench_module(net: Any, loss: Any, tick: Any, lr: float, on_step: OnStep = No
     return Bench()
 
 
+def train(trainer_cls: Any, module: Any, data: Any, steps: int, **kw: Any) -> Any:
+    """Fit ``module`` on ``data`` for ``steps`` steps in one epoch (no validation, :data:`QUIET`, a temporary root
+    folder) on this launch's CPUs; ``kw``: the Trainer's other arguments, which may replace ``accelerator`` and
+    ``use_distributed_sampler`` (off: the loaders carry their own sampler). Returns the Trainer."""
+    kw = {"accelerator": "cpu", "devices": world_size(), "use_distributed_sampler": False, **kw}
+    with tempfile.TemporaryDirectory() as root:
+        trainer = trainer_cls(max_steps=steps, max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0,
+                              default_root_dir=root, **QUIET, **kw)  # fmt: skip
+        trainer.fit(module, data)
+    return trainer
+
+
 def _lightning_fit(
     trainer_cls: Any, task: Task, steps: int, warmup: int, on_step: OnStep, shard: Any, **kw: Any
 ) -> Any:
-    """Fit :func:`bench_module` on the task for ``warmup + steps`` steps on CPU."""
+    """Fit :func:`bench_module` on the task for ``warmup + steps`` steps on CPU (:func:`train`)."""
     clock = Clock()
     module = bench_module(task.net(), lambda net, b: loss_fn(net(b[0]), b[1]), clock.tick, task.lr, on_step, shard)
-    with tempfile.TemporaryDirectory() as root:
-        limits = dict(max_steps=warmup + steps, max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0)
-        # the loaders carry their own DistributedSampler
-        kw.update(limits, default_root_dir=root, use_distributed_sampler=False, **QUIET)
-        trainer = trainer_cls(accelerator="cpu", devices=world_size(), **kw)
-        trainer.fit(module, loader(task, warmup + steps))
+    trainer = train(trainer_cls, module, loader(task, warmup + steps), warmup + steps, **kw)
     return clock.result(warmup, losses=module.losses, module=module, engine=trainer.model)
+
+
+def _hand_loop(task: Task, steps: int, warmup: int, dtype: torch.dtype, model: Any, opt: Any, backward: Any,
+               update: Any, on_step: OnStep, forward: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The hand-written loops (no Lightning) over :func:`loader`'s batches, timed by a :class:`Clock`: ``forward``
+    (default: ``model``) of the inputs, floating ones in ``dtype`` (what the plugins' ``convert_input`` does; token ids
+    stay int64), :func:`loss_fn`, ``backward(loss)``, ``on_step(model, opt)``, ``update()``; the step times, losses."""
+    clock, losses, forward = Clock(), [], forward or model
+    for x, y in loader(task, warmup + steps):
+        clock.tick()
+        loss = loss_fn(forward(x.to(dtype) if x.is_floating_point() else x), y)
+        losses.append(float(loss.detach()))
+        backward(loss)
+        if on_step is not None:  # e.g. a measurement, on unscaled gradients
+            on_step(model, opt)
+        update()
+    clock.tick()
+    return clock.result(warmup, losses=losses)
 
 
 def fsdp(
@@ -207,118 +227,91 @@ def fsdp(
     """FSDP2 fit: ``ours`` / ``builtin`` / ``amp`` / ``hand`` (sharding the blocks, then the model, in
     ``configure_model`` or by hand) or ``ours-blocks`` (ours under ``FSDP2Strategy(auto_wrap_policy={Block})``, no
     ``configure_model``); ``reduce`` ("fp32", "bf16", "fp16") overrides the reduce dtype."""
-    from lightning.pytorch.strategies import ModelParallelStrategy
-
     if variant == "hand":
         return _fsdp_hand(precision, task, steps, warmup, reduce, on_step)
+    options = {"reduce_dtype": reduce} if reduce else {}
+    trainer, shard, kw = fsdp2_variant(variant.removesuffix("-blocks"), precision, **options)
     if variant == "ours-blocks":  # no configure_model: FSDP2Strategy shards by the user's block set
-        from precision_fsdp import FSDP2Strategy
-
-        blocks = FSDP2Strategy(auto_wrap_policy={type(block) for block in task.net().blocks})
-        trainer, _shard, kw = fsdp2_variant("ours", precision, **({"reduce_dtype": reduce} if reduce else {}))
-        return _lightning_fit(trainer, task, steps, warmup, on_step, None, strategy=blocks, **kw)
-    trainer, shard, kw = fsdp2_variant(variant, precision, **({"reduce_dtype": reduce} if reduce else {}))
-    strategy = ModelParallelStrategy(data_parallel_size=world_size(), tensor_parallel_size=1)
-    return _lightning_fit(trainer, task, steps, warmup, on_step, shard, strategy=strategy, **kw)
+        shard, kw["strategy"] = None, FSDP2Strategy(auto_wrap_policy={type(block) for block in task.net().blocks})
+    return _lightning_fit(trainer, task, steps, warmup, on_step, shard, **kw)
 
 
 def plugin(backend: str, variant: str, precision: str, **options: Any) -> Any:
     """The precision plugin of ``variant`` for ``backend`` ("fsdp", "deepspeed") at ``precision``: ``ours``
     (``precision_base.resolve("fsdp:...")``, ``precision_deepspeed.DeepSpeedPrecision``; with ``options``) or
     ``builtin`` (Lightning's ``FSDPPrecision``, ``DeepSpeedPrecision``)."""
-    from lightning.pytorch.plugins import precision as lightning
-
-    import precision_base
-
     if variant == "builtin":
-        builtin = lightning.FSDPPrecision if backend == "fsdp" else lightning.DeepSpeedPrecision
+        builtin = pl_precision.FSDPPrecision if backend == "fsdp" else pl_precision.DeepSpeedPrecision
         return builtin(precision)  # type: ignore[arg-type]
     if backend == "fsdp":
         return precision_base.resolve(f"fsdp:{precision}", **options)
-    from precision_deepspeed import DeepSpeedPrecision
-
     return DeepSpeedPrecision(precision, **options)
 
 
+def _policies(low: torch.dtype, reduce: torch.dtype, cast_in_blocks: bool) -> dict[bool, Any]:
+    """FSDP2 policies of the root (``True``, casting its inputs) and the blocks (``False``; ``cast_in_blocks``)."""
+    return {root: MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce, cast_forward_inputs=root or cast_in_blocks)
+            for root in (True, False)}  # fmt: skip
+
+
 def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """FSDP2 under Lightning: the Trainer class, ``shard(module, mesh, is_root)`` for ``configure_model`` and the
-    Trainer's precision argument. ``ours``: our plugin and its ``fully_shard``; ``builtin``: Lightning's
-    ``FSDPPrecision`` and ``fully_shard`` with a policy from its ``mixed_precision_config`` (what a user of the
-    built-in writes); ``amp`` (``*-mixed``): Lightning's ``MixedPrecision(precision, device="cpu")`` and
-    ``fully_shard`` with a low-precision compute, fp32-reduce policy (the blocks' without the input cast)."""
-    import lightning.pytorch as pl
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    import precision_base
-
+    """FSDP2 under Lightning's ``ModelParallelStrategy`` over this launch's ranks: the Trainer class,
+    ``shard(module, mesh, is_root)`` for ``configure_model`` and the Trainer's strategy and precision arguments.
+    ``ours``: our plugin and its ``fully_shard``; ``builtin``: Lightning's ``FSDPPrecision`` and ``fully_shard`` with a
+    policy from its ``mixed_precision_config`` (what a user of the built-in writes); ``amp`` (``*-mixed``): Lightning's
+    ``MixedPrecision(precision, device="cpu")`` and ``fully_shard`` with a low-precision compute, fp32-reduce policy
+    (the blocks' without the input cast, as ours)."""
+    kw: dict[str, Any] = {"strategy": ModelParallelStrategy(data_parallel_size=world_size(), tensor_parallel_size=1)}
     if variant == "ours":
-        ours = plugin("fsdp", "ours", precision, **options)
-        return precision_base.Trainer, lambda m, mesh, root: ours.fully_shard(m, mesh=mesh), {"precision_plugin": ours}
+        ours = kw["precision_plugin"] = plugin("fsdp", "ours", precision, **options)
+        return precision_base.Trainer, lambda m, mesh, root: ours.fully_shard(m, mesh=mesh), kw
     if variant == "amp":  # Lightning's autocast plugin on the CPU, the fp32-reducing policy written by the user
-        from lightning.pytorch.plugins.precision import MixedPrecision
-
-        low = precision_dtype(precision)
-        reduce = REDUCE[options["reduce_dtype"]] if options.get("reduce_dtype") else torch.float32
-        amp = {root: MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce, cast_forward_inputs=root)
-               for root in (True, False)}  # fmt: skip  # the blocks take their inputs as given, as ours
-        autocast = MixedPrecision(precision, device="cpu")  # type: ignore[arg-type]
-        return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=amp[root]), {"plugins": [autocast]}
+        amp = _policies(precision_dtype(precision), REDUCE[options.get("reduce_dtype") or "fp32"], False)
+        kw["plugins"] = [pl_precision.MixedPrecision(precision, device="cpu")]  # type: ignore[arg-type]
+        return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=amp[root]), kw
     builtin = plugin("fsdp", "builtin", precision)
     mp: Any = builtin.mixed_precision_config
     policy = MixedPrecisionPolicy(param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype)
-    return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=policy), {"plugins": [builtin]}
+    kw["plugins"] = [builtin]
+    return pl.Trainer, lambda m, mesh, root: fully_shard(m, mesh=mesh, mp_policy=policy), kw
 
 
 def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str, on_step: OnStep) -> Any:
     """What ``ours`` does, written with plain torch: FSDP2 policy, autocast, GradScaler, AdamW; under ``*-mixed``
     BatchNorm layers in float32, each its own FSDP2 unit with a float32 policy (:func:`norms_in_fp32`)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
     ensure_process_group()
     low, mixed = precision_dtype(precision), precision.endswith("-mixed")
     storage = torch.float32 if mixed else low
-    policy = MixedPrecisionPolicy(
-        param_dtype=low, reduce_dtype=REDUCE[reduce] if reduce else torch.float32 if mixed else storage
-    )
+    # under *-mixed the blocks take their inputs as given (only the root casts), as under amp
+    policy = _policies(low, REDUCE[reduce] if reduce else torch.float32 if mixed else storage, not mixed)
     net, mesh = task.net().to(storage), init_device_mesh("cpu", (world_size(),))
-    inner = MixedPrecisionPolicy(  # under *-mixed the blocks take their inputs as given (only the root casts)
-        param_dtype=policy.param_dtype, reduce_dtype=policy.reduce_dtype, cast_forward_inputs=not mixed
-    )
     fp32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
     for norm in norms_in_fp32(net, None) if mixed else []:
         fully_shard(norm, mesh=mesh, mp_policy=fp32)
     for module in [*net.blocks, net]:
-        fully_shard(module, mesh=mesh, mp_policy=policy if module is net else inner)
+        fully_shard(module, mesh=mesh, mp_policy=policy[module is net])
     opt = torch.optim.AdamW(net.parameters(), lr=task.lr)
     scaler = torch.amp.GradScaler("cpu", enabled=precision == "16-mixed")  # passes everything through when disabled
-    clock, losses = Clock(), []
-    for x, y in loader(task, warmup + steps):
-        clock.tick()
+
+    def forward(x: torch.Tensor) -> Any:
         with torch.autocast("cpu", dtype=low) if mixed else contextlib.nullcontext():
-            out = net(cast_input(x, storage))
-        loss = loss_fn(out, y)
-        losses.append(float(loss.detach()))
+            return net(x)
+
+    def backward(loss: torch.Tensor) -> None:
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
-        if on_step is not None:  # e.g. a measurement, on unscaled gradients
-            on_step(net, opt)
+
+    def update() -> None:
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-    clock.tick()
-    return clock.result(warmup, losses=losses, module=net)
+
+    return {**_hand_loop(task, steps, warmup, storage, net, opt, backward, update, on_step, forward), "module": net}
 
 
 def deepspeed(variant: str, precision: str, task: Task, steps: int, warmup: int, stage: int = 2, options: Any = None,
               extra_config: dict[str, Any] | None = None, on_step: OnStep = None) -> Any:  # fmt: skip
     """DeepSpeed fit (ZeRO ``stage``): ``ours`` / ``builtin`` / ``hand``; ``extra_config`` is merged into the config."""
-    import deepspeed as ds
-    import lightning.pytorch as pl
-
-    import precision_base
-    from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
-
     strategy = DeepSpeedCPUStrategy(stage=stage, logging_batch_size_per_gpu=task.batch)
     strategy.config.update(copy.deepcopy(extra_config or {}))  # type: ignore[union-attr]
     if variant != "hand":
@@ -326,31 +319,23 @@ def deepspeed(variant: str, precision: str, task: Task, steps: int, warmup: int,
         kw: dict[str, Any] = {"precision_plugin": chosen} if variant == "ours" else {"plugins": [chosen]}
         trainer = precision_base.Trainer if variant == "ours" else pl.Trainer
         result = _lightning_fit(trainer, task, steps, warmup, on_step, None, strategy=strategy, **kw)
-        gc.collect()
-        return result
-    # hand: deepspeed.initialize with the config ours ends up with, then forward, backward, step
-    ensure_process_group()
-    config = DeepSpeedPrecision(precision).deepspeed_config(
-        {**copy.deepcopy(strategy.config or {}), "gradient_accumulation_steps": 1, "gradient_clipping": 0.0}
-    )
-    low, net = precision_dtype(precision), task.net()
-    if precision.endswith("-true"):
-        net = net.to(low)  # as the plugin's convert_module does
-    elif precision.endswith("-mixed"):
-        norms_in_fp32(net, low)  # as the plugin does in DeepSpeed's native mode: float32 compute from the half copies
-    engine, *_ = ds.initialize(model=net, optimizer=torch.optim.AdamW(net.parameters(), lr=task.lr), config=config)
-    clock, losses = Clock(), []
-    for x, y in loader(task, warmup + steps):
-        clock.tick()
-        loss = loss_fn(engine(cast_input(x, low)), y)
-        losses.append(float(loss.detach()))
-        engine.backward(loss)
-        if on_step is not None:
-            on_step(engine, engine.optimizer)
-        engine.step()
-    clock.tick()
+    else:  # deepspeed.initialize with the config ours ends up with, then forward, backward, step
+        import deepspeed as ds
+
+        ensure_process_group()
+        config = DeepSpeedPrecision(precision).deepspeed_config(
+            {**copy.deepcopy(strategy.config or {}), "gradient_accumulation_steps": 1, "gradient_clipping": 0.0}
+        )
+        low, net = precision_dtype(precision), task.net()
+        if precision.endswith("-true"):
+            net = net.to(low)  # as the plugin's convert_module does
+        elif precision.endswith("-mixed"):
+            norms_in_fp32(net, low)  # as the plugin does in DeepSpeed's native mode: fp32 compute from the half copies
+        engine, *_ = ds.initialize(model=net, optimizer=torch.optim.AdamW(net.parameters(), lr=task.lr), config=config)
+        result = _hand_loop(task, steps, warmup, low, engine, engine.optimizer, engine.backward, engine.step, on_step)
+        result["engine"] = engine
     gc.collect()
-    return clock.result(warmup, losses=losses, engine=engine)
+    return result
 
 
 def run(backend: str, variant: str, precision: str, task: Task, steps: int, warmup: int, **kw: Any) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def test_arguments_and_plan() -> None:
     assert not [f for f in no_bf16["fits"] if f["precision"].startswith("bf16")]
     only_fp8 = gpu_bench.plan(gpu_bench.parse(["--sections", "fp8", "--layers", "4"]))
     assert (only_fp8["fits"], only_fp8["budget_s"], only_fp8["fp8_model"]["layers"]) == ([], {"fp8": 400.0}, 4)
-    assert gpu_bench.parse(["--update-docs"]).out == gpu_bench.DOCS
+    assert gpu_bench.parse(["--update-docs"]).out == report.DOCS
 
 
 def test_gpu_math() -> None:

@@ -1,0 +1,73 @@
+"""tools/gpu_rehearsal.py's own logic (the rehearsal itself is ``nox -s gpu_kit_rehearsal``, in the ci tag): the
+venv's requirements from the rehearsal target, the node command's caps, and each problem it names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tools import gpu_kit, gpu_rehearsal
+
+LISTING = (
+    "BACKEND    DISTRIBUTION         VERSION  PRECISIONS  STATUS  SUMMARY\n"
+    "deepspeed  precision-deepspeed  0.1.0    32-true     ok      DeepSpeed\n"
+    "fsdp       precision-fsdp       0.1.0    32-true     ok      FSDP\n"
+)
+
+
+def test_the_venv_gets_the_rehearsal_targets_installed_set_pinned_as_written() -> None:
+    wanted = gpu_rehearsal.requirements()
+    assert "torch==2.13.0" in wanted  # "2.13.0+cpu" in the file: pip matches the local wheel by its public version
+    assert "lightning==2.6.6" in wanted
+    assert "pip" in wanted
+    assert not [r for r in wanted if r.split("==")[0] in ("deepspeed", "torchao", "hjson", "pydantic")]
+
+
+def test_the_rehearsal_target_is_a_target_whose_kit_brings_deepspeed_and_torchao() -> None:
+    target = gpu_kit.load_target(gpu_rehearsal.TARGET)
+    assert target.python_short == "3.11"
+    items = {item.name: item for item in gpu_kit.plan(target)}
+    assert items["deepspeed"].how == "sdist"
+    assert items["torchao"].spec == "torchao==0.18.0"
+    assert {"precision-base", "precision-fsdp", "precision-deepspeed"} <= set(items)
+
+
+def test_the_node_commands_caps_are_read_from_the_script() -> None:
+    assert gpu_rehearsal.caps(gpu_rehearsal.NODE_SCRIPT.read_text()) == {"NODE_TESTS_S": 120, "NODE_BENCH_S": 270}
+
+
+def _node(tmp_path: Path, differences: list[str]) -> tuple[Path, Path]:
+    node, kit = tmp_path / "node", tmp_path / "kit"
+    node.mkdir()
+    (kit / "site").mkdir(parents=True)
+    (node / "node.json").write_text(json.dumps({"differences": differences}))
+    return node, kit
+
+
+def test_a_clean_dry_run_has_no_problem(tmp_path: Path) -> None:
+    node, kit = _node(tmp_path, [])
+    done = subprocess.CompletedProcess([], 0, "gpu_node: finished with exit status 0\n", "")
+    where = {"deepspeed": str(kit / "site" / "deepspeed" / "__init__.py")}
+    assert gpu_rehearsal.problems(node, kit, done, 20.0, tmp_path / "no-git", LISTING, where) == []
+
+
+def test_every_problem_is_named(tmp_path: Path) -> None:
+    node, kit = _node(tmp_path, ["difference: torch is 2.12.0 here; rehearsal.toml says 2.13.0+cpu"])
+    (tmp_path / "git-log").write_text("git rev-parse HEAD\n")
+    done = subprocess.CompletedProcess([], 3, "Looking in indexes: https://example.invalid\n", "")
+    where = {"torchao": "/usr/lib/python3/site-packages/torchao/__init__.py"}
+    found = gpu_rehearsal.problems(node, kit, done, 60.0, tmp_path / "git-log", LISTING.replace(" ok ", " broken "),
+                                   where)  # fmt: skip
+    text = "\n".join(found)
+    assert "the node command exited 3" in text
+    assert "the node saw a difference: torch is 2.12.0 here" in text
+    assert (
+        f"torchao is imported from /usr/lib/python3/site-packages/torchao/__init__.py, not from the kit's {kit}" in text
+    )
+    assert "precision-plugins list does not show fsdp as ok" in text
+    assert "precision-plugins list does not show deepspeed as ok" in text
+    assert "the node run can take 450 s" in text
+    assert "the node command called git: git rev-parse HEAD" in text
+    assert "'Looking in indexes'" in text
+    assert len(found) == 8

@@ -113,3 +113,22 @@ def test_devices_go_to_every_candidates_trainer() -> None:
     result = tune_precision(FACTORY, candidates=["fsdp:bf16-mixed"], steps=2, warmup=0, devices=2)
     rows = sorted((t.spec, t.status, t.world_size) for t in result.candidates)
     assert rows == [("fsdp:32-true", "ok", 2), ("fsdp:bf16-mixed", "ok", 2)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="measures on a CUDA GPU and none is visible to torch")
+def test_on_a_cuda_gpu_each_candidate_is_timed_with_synchronisation_and_the_allocators_peak() -> None:
+    result = tune_precision(
+        FACTORY, candidates=["fsdp:bf16-mixed", "fsdp:16-mixed"], steps=4, warmup=1, accelerator="cuda"
+    )
+    rows = {t.spec: t for t in result.candidates}
+    assert set(rows) == {"fsdp:32-true", "fsdp:bf16-mixed", "fsdp:16-mixed"}
+    assert rows["fsdp:bf16-mixed"].status == "ok", rows["fsdp:bf16-mixed"].reason
+    for row in rows.values():
+        if row.status == "ok":
+            assert row.peak_bytes is not None
+            assert row.peak_bytes > 0
+            assert row.step_ms is not None
+            assert row.step_ms > 0
+            assert row.audit_ok is True
+    assert result.picked is not None

@@ -57,7 +57,7 @@ while [ $# -gt 0 ]; do  # --only: "tests" is this script's part, the other secti
 done
 status=0
 test_cmd=("$python" -m pytest -m gpu -q -p no:cacheprovider --junitxml="$out/gpu-tests.xml"
-          packages/precision-fsdp/tests tests-integration/test_fsdp_gpu.py)
+          packages/precision-fsdp/tests tests-integration/test_fsdp_gpu.py tests-integration/test_tune_precision.py)
 if [ $tests = yes ] && [ $dry = yes ]; then
     echo "gpu_node: tests (not run: --dry-run): ${test_cmd[*]}"
 elif [ $tests = yes ]; then

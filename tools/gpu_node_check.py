@@ -32,6 +32,12 @@ def installed_versions() -> dict[str, str]:
     return found
 
 
+def _same(got: str, want: str) -> bool:
+    """Whether version ``got`` is the target's ``want``; a ``want`` without a local label (``2.13.0``) takes any build
+    of that release (``2.13.0+cpu``), as pip's ``==2.13.0`` does; one with a label (``2.11.0+cu130``) only itself."""
+    return got == want or ("+" not in want and got.split("+")[0] == want)
+
+
 def differences(target: dict[str, Any], manifest: list[dict[str, Any]], have: dict[str, str]) -> list[str]:
     """A line for each way this node differs from the target file and the kit: a version the target names that is not
     the one here, a package the target says is installed that is missing, a kit wheel that is not what imports."""
@@ -41,7 +47,7 @@ def differences(target: dict[str, Any], manifest: list[dict[str, Any]], have: di
         got = have.get(_norm(name))
         if got is None:
             lines.append(f"difference: {name} is not installed here; {where} says {want}")
-        elif want != "*" and got != want:
+        elif want != "*" and not _same(got, want):
             lines.append(f"difference: {name} is {got} here; {where} says {want}")
     for wheel in manifest:
         got = have.get(_norm(wheel["name"]))

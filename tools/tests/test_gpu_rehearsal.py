@@ -18,7 +18,7 @@ LISTING = (
 
 def test_the_venv_gets_the_rehearsal_targets_installed_set_pinned_as_written() -> None:
     wanted = gpu_rehearsal.requirements()
-    assert "torch==2.13.0" in wanted  # "2.13.0+cpu" in the file: pip matches the local wheel by its public version
+    assert "torch==2.13.0" in wanted
     assert "lightning==2.6.6" in wanted
     assert "pip" in wanted
     assert not [r for r in wanted if r.split("==")[0] in ("deepspeed", "torchao", "hjson", "pydantic")]
@@ -53,7 +53,7 @@ def test_a_clean_dry_run_has_no_problem(tmp_path: Path) -> None:
 
 
 def test_every_problem_is_named(tmp_path: Path) -> None:
-    node, kit = _node(tmp_path, ["difference: torch is 2.12.0 here; rehearsal.toml says 2.13.0+cpu"])
+    node, kit = _node(tmp_path, ["difference: torch is 2.12.0 here; rehearsal.toml says 2.13.0"])
     (tmp_path / "git-log").write_text("git rev-parse HEAD\n")
     done = subprocess.CompletedProcess([], 3, "Looking in indexes: https://example.invalid\n", "")
     where = {"torchao": "/usr/lib/python3/site-packages/torchao/__init__.py"}
@@ -71,3 +71,14 @@ def test_every_problem_is_named(tmp_path: Path) -> None:
     assert "the node command called git: git rev-parse HEAD" in text
     assert "'Looking in indexes'" in text
     assert len(found) == 8
+
+
+def test_a_version_without_a_local_label_takes_any_build_of_that_release() -> None:
+    from tools.gpu_node_check import differences
+
+    target = {"installed": {"torch": "2.13.0", "triton": "3.6.0+git1", "numpy": "*"}, "_path": "t.toml"}
+    have = {"torch": "2.13.0+cpu", "triton": "3.6.0", "numpy": "2.4.6"}
+    assert differences(target, [], have) == ["difference: triton is 3.6.0 here; t.toml says 3.6.0+git1"]
+    assert differences(target, [], {**have, "torch": "2.13.1+cpu"})[0] == (
+        "difference: torch is 2.13.1+cpu here; t.toml says 2.13.0"
+    )

@@ -716,8 +716,10 @@ def _measure_findings(d: dict[str, Any]) -> list[str]:
 
 
 def _percent(x: float | None) -> str:
-    """A small relative deviation in percent with 2 significant digits (0.0031%), 0 as 0%, ``None`` as -."""
-    return "-" if x is None else "0%" if x == 0 else f"{x * 100:.2g}%"
+    """A loss deviation as ``recommend --measure``'s own table shows it (two significant digits), ``None`` as -."""
+    from precision_base.tune.search import percent
+
+    return "-" if x is None else percent(x)
 
 
 def _measure_table(r: dict[str, Any]) -> str:

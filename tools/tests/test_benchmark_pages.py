@@ -320,7 +320,7 @@ def test_every_kind_of_page_reads_the_same_way(tmp_path: Path) -> None:
     assert "| fsdp2 | bf16-mixed | ours | 11.00 | 9,000 | 1.00 GiB | 8.5000 | 1.00 [0.99, 1.01] same | 1.000 |" in gpu
     assert "**MFU**: model FLOPs utilisation" in gpu
     measured = benchmark_pages.markdown(json.loads((tmp_path / "measure.json").read_text()))
-    assert "| `fsdp:32-true` (picked) | ok | 30.0 (27.0-33.0) | 1.00x | 32.00 MiB | 1% | ok |  |" in measured
+    assert "| `fsdp:32-true` (picked) | ok | 30.0 (27.0-33.0) | 1.00x | 32.00 MiB | 1.0% | ok |  |" in measured
     assert "| `fsdp:16-true` | diverged | 90.0 (81.0-99.0) | 3.00x |" in measured
     refused = "| `fsdp:fp8-tensorwise` | refused | - | - | - | - | - | Float8UnavailableError: needs a GPU (sm89) |"
     assert refused in measured

@@ -1,22 +1,10 @@
 """GPU benchmark, one command on one CUDA GPU (``nox -s gpu``; at most about 8 minutes): one JSON + markdown + PNG.
 
-Two sections, each with its share of the time budget; a fit is started only while its section has time left, and
-what was not run is listed in the report:
-
-1. ``fits``: ``precision_testsupport.models.TinyGPT`` (:data:`MODEL`) on synthetic tokens. FSDP1 (``FSDPStrategy``)
-   and FSDP2 (``fully_shard`` under ``ModelParallelStrategy``) at every precision the GPU supports, DeepSpeed ZeRO-2
-   and ZeRO-3 at theirs; ``ours`` (``precision_base.Trainer(precision_plugin=...)``) and Lightning's built-in
-   (``Trainer(precision=...)``; FSDP2: the built-in ``FSDPPrecision`` with a policy from its
-   ``mixed_precision_config``) side by side, interleaved in rounds: step time (CUDA-synchronised), peak CUDA memory
-   allocated, the loss after the last step, ratios with 95% bootstrap intervals.
-2. ``fp8``: on a GPU with FP8 (compute capability >= 8.9) and torchao, ``fsdp:fp8-tensorwise`` and
-   ``fsdp:fp8-rowwise`` against ``fsdp:bf16-mixed`` on a ~1B-parameter TinyGPT (:data:`FP8_MODEL`), with
-   ``torch.compile`` off and on (each block compiled: regional compilation): tokens/s, MFU, peak memory. On a GPU
-   without FP8 the section records why it did not run.
-
-Without CUDA it exits at once with code 2 (``--dry-run`` prints the plan without touching a GPU). Every fit runs in
-one rank process (``run_ranks``, world 1) that appends each result to a journal as it finishes, so a run stopped by
-the time limit still reports every fit it completed.
+Sections (each started only while its share of the time budget lasts; what did not run is listed): ``fits``, ours
+vs the built-in (``Trainer(precision=...)``) on TinyGPT (:data:`MODEL`) under FSDP1, FSDP2, ZeRO-2 and ZeRO-3 at
+every precision the GPU supports, in interleaved rounds; ``fp8``, fp8-tensorwise / fp8-rowwise vs bf16-mixed on
+:data:`FP8_MODEL`, ``torch.compile`` off and on (each block). Every fit runs in one rank process that journals each
+result as it finishes: a run stopped by the time limit still reports every fit it completed.
 """
 
 from __future__ import annotations
@@ -49,6 +37,7 @@ MODEL = {"vocab": 8192, "d_model": 512, "layers": 6, "heads": 8, "seq": 512, "ba
 FP8_SPECS = ("fsdp:bf16-mixed", "fsdp:fp8-tensorwise", "fsdp:fp8-rowwise")
 FP8_MODEL = {"vocab": 32000, "d_model": 2048, "layers": 18, "heads": 16, "seq": 1024, "batch": 8}  # ~1B parameters
 SHARE = {"fits": 0.5, "fp8": 0.5}  # of the budget, when both sections run
+ORDER = ("bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true")  # the fits' order: most used first, every setup
 
 
 def peak_tflops(name: str, override: float | None = None) -> float | None:
@@ -70,11 +59,6 @@ def precisions_for(setup: str, bf16: bool) -> list[str]:
     """The precisions a setup runs on a GPU; bf16 ones only where the GPU supports bf16."""
     allowed = DEEPSPEED_PRECISIONS if setup.startswith("zero") else FSDP_PRECISIONS
     return [p for p in allowed if bf16 or not p.startswith("bf16")]
-
-
-ORDER = ("bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true")
-"""The fits run precision by precision in this order, every setup at each: when the budget ends early, the most used
-precisions have been measured on every setup."""
 
 
 def plan(args: argparse.Namespace, bf16: bool = True) -> dict[str, Any]:
@@ -128,8 +112,7 @@ def tokens(m: dict[str, int], steps: int, seed: int) -> list[Any]:
 
 
 def measure(fit: Callable[[Callable[[], None]], list[float]], warmup: int, device: str) -> dict[str, Any]:
-    """Run ``fit(tick)`` (``tick()`` at the start of every step and once after the last; returns the losses) and
-    time it: per-step seconds after ``warmup`` (CUDA-synchronised on a GPU), the last loss, peak CUDA memory."""
+    """Time ``fit(tick)`` (which returns the losses): per-step seconds after ``warmup``, the last loss, peak memory."""
     import torch
 
     from bench.runs import Clock
@@ -191,9 +174,8 @@ def _journal(path: str, record: dict[str, Any]) -> None:
 
 
 def worker(args: dict[str, Any]) -> dict[str, Any]:
-    """Inside the rank: the fits, then the fp8 fits, each while its section's budget lasts (an fp8 fit starts only
-    while the longest one so far, at least 60 s, still fits); a line per fit in the journal (``{"kind", ...,
-    "error"?}``): one broken combination must not lose the others' results."""
+    """Inside the rank: the fits, then the fp8 fits, each while its section's budget lasts (an fp8 fit: while the
+    longest so far, at least 60 s, still fits); a line per fit, or its error, in the journal."""
     import torch
 
     from precision_testsupport.models import TinyGPT
@@ -211,11 +193,10 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
                 with torch.device("cuda"):
                     net = TinyGPT(**{k: v for k, v in m.items() if k != "batch"})
                 data = tokens(m, p["warmup"] + steps, seed)
-                lf = (
-                    lightning_fit(fit["setup"], fit["variant"], fit["precision"], net, data)
-                    if kind == "fit"
-                    else lightning_fit("single", "ours", fit["spec"], net, data, compile_blocks=fit["compile"])
-                )
+                if kind == "fit":
+                    lf = lightning_fit(fit["setup"], fit["variant"], fit["precision"], net, data)
+                else:
+                    lf = lightning_fit("single", "ours", fit["spec"], net, data, compile_blocks=fit["compile"])
                 record = {"kind": kind, **fit, **measure(lf, p["warmup"], "cuda")}
                 if kind == "fp8":
                     longest[kind] = max(longest[kind], record["fit_s"])
@@ -257,15 +238,6 @@ def analyse(records: list[dict[str, Any]], m8: dict[str, int], peak: float | Non
     return {"fits": by, "fp8": fp8,
             "errors": [r for r in records if "error" in r],
             "skipped": [r for r in records if "skipped" in r]}  # fmt: skip
-
-
-def write_report(out: Path, results: dict[str, Any], machine: dict[str, Any], config: dict[str, Any],
-                 start: float, index: bool = True) -> list[Path]:  # fmt: skip
-    """``gpu.json``, ``gpu.md`` and ``gpu.png`` in ``out`` (then, with ``index``, the folder's index pages)."""
-    paths = report.save(out, "gpu", start, quick=False, machine=machine, config=config, results=results)
-    if index:
-        benchmark_index.write(out)
-    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     records = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
     results = analyse(records, p["fp8_model"], config["peak_tflops"])
     results["run_failure"] = failure
-    paths = write_report(args.out, results, {**report.machine_info(), "gpu": name}, config, start, not args.no_index)
+    machine = {**report.machine_info(), "gpu": name}
+    paths = report.save(args.out, "gpu", start, quick=False, machine=machine, config=config, results=results)
+    if not args.no_index:  # the folder's index pages
+        benchmark_index.write(args.out)
     print(f"gpu_bench: {time.perf_counter() - start:.0f} s -> {paths[0]}" + (f" ({failure})" if failure else ""))
     return 1 if failure or results["errors"] else 0
 

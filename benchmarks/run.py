@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import audit, discovery, measure, memory, memory_real, numerics, overhead, report
+from bench import audit, discovery, measure, memory, numerics, overhead, report
 from tools.docgen import benchmark_index
 
 CACHE = Path(tempfile.gettempdir()) / "precision-plugins-bench"
@@ -19,11 +19,10 @@ MODELS, BACKENDS = ("mlp", "llama", "resnet"), ("fsdp", "deepspeed")  # the over
 
 
 def benchmarks(cache: Path = CACHE) -> dict[str, Callable[[bool], dict[str, Any]]]:
-    """Every benchmark, in the order they run: name -> ``run(quick)``, which measures and returns the result's data
-    (config, results, ...) for :func:`bench.report.save`."""
+    """Every benchmark, in the order they run: name -> ``run(quick)``, its data for :func:`bench.report.save`."""
     every = {overhead.name_of(b, m): partial(overhead.run, backend=b, model=m) for m in MODELS for b in BACKENDS}
     every["discovery"] = partial(discovery.run, cache=cache)
-    every.update({"memory": memory.run, "memory-real": memory_real.run, "numerics": numerics.run, "audit": audit.run})
+    every.update({"memory": memory.run, "memory-real": memory.run_real, "numerics": numerics.run, "audit": audit.run})
     return {**every, "measure": measure.run}
 
 

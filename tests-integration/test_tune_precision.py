@@ -20,6 +20,7 @@ from precision_base import TuneTargetError, tune_precision
 HERE = Path(__file__).parent
 FACTORY = f"{HERE / '_tune_factories.py'}:softplus_sum"
 pytest.importorskip("precision_fsdp", reason="the candidates are precision-fsdp's plugins")
+PARAMETERS = (32 * 64 + 64) + (64 * 8 + 8)  # _tune_factories.NaiveLogMeanExp's two Linear layers
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks fp8's refusal on a machine without an FP8 GPU")
@@ -53,6 +54,9 @@ def test_picks_the_fastest_that_trains_and_says_why_the_others_were_not_picked()
         assert row.step_ms_low <= row.step_ms <= row.step_ms_high
         assert row.peak_bytes is not None
     assert rows["fsdp:fp8-tensorwise"].peak_bytes is None
+    held = 2 * 4 * PARAMETERS  # float32 parameters and their gradients (SGD keeps no state)
+    assert rows["fsdp:32-true"].tensor_bytes == rows["fsdp:bf16-mixed"].tensor_bytes == held
+    assert rows["fsdp:fp8-tensorwise"].tensor_bytes is None
     assert result.reason.startswith("the fastest of 2 candidate(s) whose loss stays within 10% of fsdp:32-true's")
     table = result.render()
     assert table.splitlines()[0] == f"picked: {result.picked}"
@@ -104,15 +108,17 @@ def test_the_command_line_prints_json_and_writes_it(tmp_path: Path) -> None:
     assert {c["spec"] for c in data["candidates"]} == {"fsdp:32-true", "fsdp:bf16-true"}
     for row in data["candidates"]:
         assert {"spec", "status", "reason", "step_ms", "peak_bytes", "loss_deviation", "audit_ok"} <= row.keys()
+        assert row["tensor_bytes"] == (2 * 4 if row["spec"] == "fsdp:32-true" else 2 * 2) * PARAMETERS
     progress = done.stderr.splitlines()
     assert progress[0].startswith("[measure] fsdp:32-true: ok, ")
     assert progress[1].startswith("[measure] fsdp:bf16-true: ")
 
 
-def test_devices_go_to_every_candidates_trainer() -> None:
+def test_devices_go_to_every_candidates_trainer_and_each_process_holds_its_half() -> None:
     result = tune_precision(FACTORY, candidates=["fsdp:bf16-mixed"], steps=2, warmup=0, devices=2)
-    rows = sorted((t.spec, t.status, t.world_size) for t in result.candidates)
-    assert rows == [("fsdp:32-true", "ok", 2), ("fsdp:bf16-mixed", "ok", 2)]
+    rows = sorted((t.spec, t.status, t.world_size, t.tensor_bytes) for t in result.candidates)
+    half = 4 * PARAMETERS  # float32 parameters and gradients, sharded over 2 processes (every dim 0 is even)
+    assert rows == [("fsdp:32-true", "ok", 2, half), ("fsdp:bf16-mixed", "ok", 2, half)]
 
 
 @pytest.mark.gpu

@@ -49,7 +49,7 @@ SHARED = (
 )
 """What every benchmark runs: the plugins and the shared harness (statistics and output, training runs; the models,
 ``precision_testsupport.architectures``, are package sources)."""
-OWN = {"memory": ("memory.py",), "memory-real": ("memory_real.py", "memory.py"), "numerics": ("numerics.py",),
+OWN = {"memory": ("memory.py",), "memory-real": ("memory.py",), "numerics": ("numerics.py",),
        "discovery": ("discovery.py",), "audit": ("audit.py",), "measure": ("measure.py",)}  # fmt: skip
 """Each benchmark's own modules under benchmarks/bench/ (``overhead-*``: overhead.py)."""
 

@@ -1,5 +1,4 @@
-"""The CPU benchmarks and their shared harness. The repository root goes on ``sys.path`` here, so that the drivers,
-the ranks and the tests import ``tools``: the package list, the results' schema and freshness, the page generators."""
+"""The CPU benchmarks and their shared harness; the repository root goes on ``sys.path`` here, for ``tools``."""
 
 import sys
 from pathlib import Path

@@ -1,9 +1,6 @@
-"""The precision audit's cost, 2 processes on CPU: an audited step against a normal one, and the steps after the audit
-against a run without it, each backend at ``bf16-mixed`` on the benchmarks' tiny Llama
-(:mod:`precision_testsupport.architectures`), in interleaved rounds of two fresh fits (``audit``:
-``PrecisionAudit(steps=1)``; ``plain``). The method in full is the page's introduction (``AUDIT`` in
-tools/docgen/benchmark_pages.py).
-"""
+"""The precision audit's cost, 2 processes on CPU, each backend at ``bf16-mixed`` on the tiny Llama, in interleaved
+rounds of two fresh fits (``audit``: ``PrecisionAudit(steps=1)``; ``plain``); the method: ``AUDIT`` in
+tools/docgen/benchmark_pages.py."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Discovery cost: what finding and resolving a plugin costs a fresh interpreter, and how it grows with plugins.
-
-Each command runs in fresh interpreters of a venv holding 0, 1, 10 or 100 dummy plugin distributions (real wheels
-from ``precision_testsupport.wheels``, each declaring ``torch>=2.0`` like a real plugin) next to the real
-precision-fsdp and precision-deepspeed (the venv sees this interpreter's packages). ``pyperf command`` times whole
-processes (warm-up runs first, several processes); one more run of each command records which modules it imported.
-"""
+"""Discovery cost: what finding and resolving a plugin costs a fresh interpreter, timed by ``pyperf command`` in
+venvs holding 0, 1, 10 or 100 dummy plugin wheels next to this interpreter's packages; one more run of each command
+records which modules it imported."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""``precision-plugins recommend --measure`` on the benchmarks' real models
-(:mod:`precision_testsupport.architectures`): the tiny Llama decoder and the BatchNorm ResNet, one process per
-candidate on CPU (``devices=1``), the candidates being what ``recommend`` says runs on this machine. Each model's
-search is :func:`precision_base.tune_precision` as a user calls it; this module's two factories are what such a user
-writes (they import nothing of ``bench``: each candidate's process loads this file by its path).
-"""
+"""``precision-plugins recommend --measure`` (:func:`precision_base.tune_precision`, as a user calls it) on the tiny
+Llama and the BatchNorm ResNet, one CPU process per candidate. The two factories are what such a user writes (they
+import nothing of ``bench``: each candidate's process loads this file by its path)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Numerics: one fixed task trained for a fixed number of steps per backend and precision, 2 processes on CPU.
-
-Every run starts from the same weights and sees the same batches. Reported: the mean training loss of the last 10
-steps, the loss on held-out samples computed in fp32 from the run's final full-precision weights (FSDP2: gathered
-parameters; DeepSpeed: the fp32 master copy), and the distances from the same backend's ``32-true`` run. For
-``*-mixed`` the reduction dtype varies (FSDP2: our fp32 default vs the compute dtype; DeepSpeed: its default vs
-``communication_data_type: fp32``). Lightning's built-in FSDPPrecision is included for the mixed precisions: on CPU
-it does no autocast (it hard-codes ``torch.autocast("cuda")``), so every op runs in bf16/fp16.
-"""
+"""Numerics: one fixed task (the same weights and batches) trained per backend and precision, 2 processes on CPU:
+the last 10 steps' mean loss, the fp32 loss on held-out samples from the final full-precision weights, and the
+distances from the same backend's ``32-true`` run."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Per-step overhead: our plugin vs Lightning's built-in vs a hand-written loop, 2 processes on CPU, per backend and
-model (:mod:`precision_testsupport.architectures`).
-
-One 2-rank launch per backend and model. In each round, for each precision, the variants run in a shuffled order
-(the same in both ranks), each a fresh fit of ``warmup + steps`` steps; rounds interleave the variants in time so
-load drift touches all of them alike; each rank is pinned to a CPU of its own. FSDP ``*-mixed`` adds ``amp``
-(Lightning's own CPU autocast plugin: ours' work in the same loop); on the MLP also ``-lowreduce`` variants (reduce
-in the compute dtype, as the built-in does), which separate the cost of our fp32 reduction from plugin overhead, and
-the plugin's own per-step hooks are timed alone (:func:`hooks`), ours against the built-in.
-"""
+"""Per-step overhead: our plugin vs Lightning's built-in vs a hand-written loop, 2 ranks on CPU (each pinned to a
+CPU of its own), per backend and model. Each round runs every precision's variants in a shuffled order, each a fresh
+fit; on the MLP also ``-lowreduce`` variants (reduce in the compute dtype, as the built-in) and the plugin's own
+per-step hooks alone (:func:`hooks`)."""
 
 from __future__ import annotations
 
@@ -59,8 +53,8 @@ def builtin_skips(backend: str, precision: str) -> str | None:
 
 
 def worker(args: dict[str, Any]) -> dict[str, Any]:
-    """Inside each rank: every round, every precision, the variants in a shuffled order. A variant whose fit raises
-    (the same error in every rank: same code, model and data) is recorded under ``errors`` and not run again."""
+    """Inside each rank: every round, every precision, the variants in a shuffled order; a variant whose fit raises
+    is recorded under ``errors`` and not run again."""
     runs.pin_to_own_cpu()
     task, rng = runs.Task(**args["task"]), random.Random(0)  # same seed in every rank: the same order
     samples: dict[str, Any] = {"wall": {}, "cpu": {}, "errors": {}}
@@ -103,8 +97,8 @@ def _hook_block(plugin: Any, batch: Any, loss: Any, calls: int) -> float:
 
 
 def hooks(backend: str, precisions: list[str], calls: int, blocks: int) -> dict[str, Any]:
-    """The plugin-only per-step microbenchmark: ``convert_input`` + ``train_step_context`` + ``convert_output``,
-    ours and the built-in in alternating blocks of ``calls`` steps; microseconds per step and the ratio."""
+    """``convert_input`` + ``train_step_context`` + ``convert_output``, ours and the built-in in alternating blocks of
+    ``calls`` steps: microseconds per step and the ratio."""
     batch, loss, out = (torch.randn(32, 128), torch.randint(0, 16, (32,))), torch.tensor(1.0), {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the built-in's CUDA autocast on a CPU warns at every entry

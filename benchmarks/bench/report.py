@@ -1,11 +1,7 @@
-"""Statistics (numpy, ``scipy.stats.bootstrap``), the machine a result ran on and the result files: ``<name>.json``,
-then its page (``<name>.md``, ``<name>.png``), drawn from that JSON by :mod:`tools.docgen.benchmark_pages`.
-
-Conventions: a *summary* is the median with the 25th/75th percentiles; the *ratio* of A to B is
-median(A) / median(B) with a 95% percentile-bootstrap interval (samples resampled independently, fixed seed) and
-the 20th-percentile ratio beside it (other load only adds time); it is called slower/faster only when the whole
-interval is on one side of 1 *and*, for samples taken in interleaved rounds, every round's ratio agrees.
-"""
+"""Statistics, the machine a result ran on and the result files: ``<name>.json``, then its page (``<name>.md``,
+``<name>.png``), drawn from that JSON by :mod:`tools.docgen.benchmark_pages`. A *summary* is the median with the
+25th/75th percentiles; a *ratio* is called slower/faster only when its whole 95% bootstrap interval is on one side of
+1 *and*, for samples taken in interleaved rounds, every round's ratio agrees."""
 
 from __future__ import annotations
 
@@ -64,8 +60,8 @@ def ratio(a: Sequence[float], b: Sequence[float], rounds_a: Any = None, rounds_b
 
 
 def compare(rounds: dict[str, list[list[float]]], pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, Any], Any]:
-    """Variants timed in interleaved rounds (variant -> one list of step times per round): each variant's summary
-    over all its rounds, and ``"a/b"``: :func:`ratio` with per-round ratios for each pair of ``pairs`` that both ran."""
+    """Variants timed in interleaved rounds (variant -> step times per round): each variant's summary over all its
+    rounds, and ``"a/b"``: :func:`ratio` with per-round ratios for each pair of ``pairs`` that both ran."""
     pooled = {v: [t for r in rs for t in r] for v, rs in rounds.items()}
     ratios = {f"{a}/{b}": ratio(pooled[a], pooled[b], rounds[a], rounds[b]) for a, b in pairs
               if a in rounds and b in rounds}  # fmt: skip
@@ -104,8 +100,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def choose(parser: argparse.ArgumentParser, label: str, text: str, allowed: Sequence[str]) -> list[str]:
-    """The drivers' comma-separated choices (``--only``, ``--sections``, ``--setups``): the names in ``text``, or a
-    usage error naming the choices when one is not in ``allowed`` or none is given."""
+    """The names in a comma-separated option, or a usage error naming ``allowed`` when one is not in it or none is."""
     chosen = [c.strip() for c in text.split(",") if c.strip()]
     if not chosen or (bad := [c for c in chosen if c not in allowed]):
         parser.error(f"unknown {label}(s) {', '.join(chosen and bad) or '(none)'}; choose from {', '.join(allowed)}")
@@ -113,8 +108,7 @@ def choose(parser: argparse.ArgumentParser, label: str, text: str, allowed: Sequ
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    """A driver's parser, its description ``doc``'s first paragraph, with ``--out FOLDER`` (default build/benchmarks/)
-    or ``--update-docs`` (:data:`DOCS`); :func:`parse` reads it."""
+    """A driver's parser (described by ``doc``'s first paragraph) with ``--out FOLDER`` or ``--update-docs``."""
     driver = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     where = driver.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, default=ROOT / "build" / "benchmarks", help="output folder")
@@ -130,9 +124,8 @@ def parse(driver: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
 
 
 def save(out: Path, name: str, start: float, **data: Any) -> list[Path]:
-    """Write ``<name>.json`` (top level: schema, benchmark, duration_s, then ``data``: quick, machine, config,
-    results, ...; then ``findings``), then its page, ``<name>.md`` and ``<name>.png``; ``start``: ``perf_counter()``
-    at the start. Returns the three paths."""
+    """Write ``<name>.json`` (schema, benchmark, duration_s, ``data``, findings), then ``<name>.md`` and ``.png``;
+    ``start``: ``perf_counter()`` at the start. Returns the three paths."""
     out.mkdir(parents=True, exist_ok=True)
     data["machine"] = {**data["machine"], "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
     data = {"schema": SCHEMA, "benchmark": name, "duration_s": time.perf_counter() - start, **data}

@@ -1,11 +1,7 @@
-"""Training runs inside the ranks (started by ``precision_testsupport.launch.run_ranks``) on one of
-:mod:`precision_testsupport.architectures` (``Task.model``; the same weights and batches in every run): ``ours``
-(``precision_base.Trainer``), ``builtin`` (Lightning's precision plugin, same strategy; :func:`plugin`), ``amp``
-(FSDP ``*-mixed`` only: Lightning's ``MixedPrecision`` plugin on the CPU, the work ours does inside the same
-Lightning loop) and ``hand`` (no Lightning: the floor). FSDP2 runs under ``ModelParallelStrategy``, DeepSpeed under
-precision-deepspeed's ``DeepSpeedCPUStrategy`` (Lightning's refuses the CPU). Each run returns per-step wall and
-CPU times after ``warmup`` (slowest rank), losses, the model or engine.
-"""
+"""Training runs inside the ranks on one of :mod:`precision_testsupport.architectures` (the same weights and batches
+in every run): ``ours``, ``builtin`` (Lightning's plugin, same strategy), ``amp`` (FSDP ``*-mixed``: Lightning's
+``MixedPrecision`` on the CPU, ours' work in the same loop) and ``hand`` (no Lightning: the floor). DeepSpeed runs
+under precision-deepspeed's ``DeepSpeedCPUStrategy`` (Lightning's refuses the CPU)."""
 
 from __future__ import annotations
 
@@ -64,17 +60,15 @@ def in_ranks(target: str, args: dict[str, Any], world: int = 2, threads: int = 1
 
 
 def pin_to_own_cpu() -> None:
-    """Pin this rank to a CPU of its own (rank ``i`` to the ``i``-th usable CPU) when there are as many usable CPUs
-    as ranks: ranks then never trade CPUs mid-step, which steadies step times."""
+    """Pin rank ``i`` to the ``i``-th usable CPU when there are enough (ranks never trade CPUs mid-step)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if cpus and len(cpus) >= world_size():
         os.sched_setaffinity(0, {cpus[int(os.environ.get("RANK", "0"))]})
 
 
 def norms_in_fp32(net: torch.nn.Module, out_dtype: torch.dtype | None) -> list[torch.nn.Module]:
-    """What the plugins do by default under ``*-mixed`` with BatchNorm layers, in plain torch: each computes in
-    float32 (autocast off inside; input, weight and bias read as float32, running statistics float32) and casts its
-    output to ``out_dtype`` (``None``: left float32). Returns those layers (for FSDP2 to shard each on its own)."""
+    """The plugins' ``*-mixed`` BatchNorm in plain torch: float32 compute and statistics, the output cast to
+    ``out_dtype`` (``None``: left float32). Returns those layers (for FSDP2 to shard each on its own)."""
     kinds = torch.nn.BatchNorm1d | torch.nn.BatchNorm2d | torch.nn.BatchNorm3d
     norms = [m for m in net.modules() if isinstance(m, kinds)]
 
@@ -97,7 +91,7 @@ def norms_in_fp32(net: torch.nn.Module, out_dtype: torch.dtype | None) -> list[t
 
 
 def loader(task: Task, steps: int) -> torch.utils.data.DataLoader[Any]:
-    """Exactly ``steps`` batches for this rank, its own slice of the same data (as Lightning's sampler gives)."""
+    """Exactly ``steps`` batches: this rank's slice of the same data (as Lightning's sampler gives)."""
     world, rank = world_size(), int(os.environ.get("RANK", "0"))
     data = architectures.data(task.model, steps * task.batch * world, task.width, task.classes, task.seed)
     sampler: Any = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
@@ -110,8 +104,7 @@ def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class Clock:
-    """Start of every step (wall and process CPU time, after ``sync()``: e.g. ``torch.cuda.synchronize``); a step
-    lasts to the next start (fetch to optimizer step)."""
+    """Every step's start (wall and CPU time, after ``sync()``); a step lasts to the next start."""
 
     def __init__(self, sync: Callable[[], Any] = lambda: None) -> None:
         self.wall, self.cpu, self.sync = list[float](), list[float](), sync
@@ -138,8 +131,7 @@ def slowest_rank(values: list[float]) -> list[float]:
 
 
 def with_every_rank(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` (this rank's figures) with ``per_rank``: every rank's record, gathered in rank order (the process
-    group is started when no fit has started it)."""
+    """``record`` with ``per_rank``: every rank's record, in rank order."""
     ensure_process_group()
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, record)
@@ -148,8 +140,7 @@ def with_every_rank(record: dict[str, Any]) -> dict[str, Any]:
 
 def bench_module(net: Any, loss: Any, tick: Any, lr: float, on_step: OnStep = None, shard: Any = None) -> Any:
     """The LightningModule every Lightning variant trains: ``loss(net, batch)``, AdamW, ``tick()`` at every step's
-    start and at the end, ``on_step(module, optimizer)`` before each optimizer step, and in ``configure_model``
-    ``shard(module, mesh, is_root)`` over ``net.blocks`` then ``net`` (FSDP2). Records ``losses``."""
+    start and at the end, ``on_step`` before each optimizer step, ``shard`` over the blocks then ``net`` (FSDP2)."""
 
     class Bench(pl.LightningModule):
         def __init__(self) -> None:
@@ -182,9 +173,7 @@ def bench_module(net: Any, loss: Any, tick: Any, lr: float, on_step: OnStep = No
 
 
 def train(trainer_cls: Any, module: Any, data: Any, steps: int, **kw: Any) -> Any:
-    """Fit ``module`` on ``data`` for ``steps`` steps in one epoch (no validation, :data:`QUIET`, a temporary root
-    folder) on this launch's CPUs; ``kw``: the Trainer's other arguments, which may replace ``accelerator`` and
-    ``use_distributed_sampler`` (off: the loaders carry their own sampler). Returns the Trainer."""
+    """Fit ``module`` on ``data`` for ``steps`` steps on this launch's CPUs (``kw`` may replace them); the Trainer."""
     kw = {"accelerator": "cpu", "devices": world_size(), "use_distributed_sampler": False, **kw}
     with tempfile.TemporaryDirectory() as root:
         trainer = trainer_cls(max_steps=steps, max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0,
@@ -196,7 +185,6 @@ def train(trainer_cls: Any, module: Any, data: Any, steps: int, **kw: Any) -> An
 def _lightning_fit(
     trainer_cls: Any, task: Task, steps: int, warmup: int, on_step: OnStep, shard: Any, **kw: Any
 ) -> Any:
-    """Fit :func:`bench_module` on the task for ``warmup + steps`` steps on CPU (:func:`train`)."""
     clock = Clock()
     module = bench_module(task.net(), lambda net, b: loss_fn(net(b[0]), b[1]), clock.tick, task.lr, on_step, shard)
     trainer = train(trainer_cls, module, loader(task, warmup + steps), warmup + steps, **kw)
@@ -205,9 +193,8 @@ def _lightning_fit(
 
 def _hand_loop(task: Task, steps: int, warmup: int, dtype: torch.dtype, model: Any, opt: Any, backward: Any,
                update: Any, on_step: OnStep, forward: Any = None) -> dict[str, Any]:  # fmt: skip
-    """The hand-written loops (no Lightning) over :func:`loader`'s batches, timed by a :class:`Clock`: ``forward``
-    (default: ``model``) of the inputs, floating ones in ``dtype`` (what the plugins' ``convert_input`` does; token ids
-    stay int64), :func:`loss_fn`, ``backward(loss)``, ``on_step(model, opt)``, ``update()``; the step times, losses."""
+    """The hand-written loops: ``forward`` (default: ``model``) of the inputs, floating ones in ``dtype`` (as
+    ``convert_input``), :func:`loss_fn`, ``backward(loss)``, ``on_step(model, opt)``, ``update()``."""
     clock, losses, forward = Clock(), [], forward or model
     for x, y in loader(task, warmup + steps):
         clock.tick()
@@ -221,25 +208,32 @@ def _hand_loop(task: Task, steps: int, warmup: int, dtype: torch.dtype, model: A
     return clock.result(warmup, losses=losses)
 
 
-def fsdp(
-    variant: str, precision: str, task: Task, steps: int, warmup: int, reduce: str = "", on_step: OnStep = None
-) -> Any:
-    """FSDP2 fit: ``ours`` / ``builtin`` / ``amp`` / ``hand`` (sharding the blocks, then the model, in
-    ``configure_model`` or by hand) or ``ours-blocks`` (ours under ``FSDP2Strategy(auto_wrap_policy={Block})``, no
-    ``configure_model``); ``reduce`` ("fp32", "bf16", "fp16") overrides the reduce dtype."""
+def fsdp(variant: str, precision: str, task: Task, steps: int, warmup: int, reduce: str = "", on_step: OnStep = None,
+         **options: Any) -> Any:  # fmt: skip
+    """FSDP2 fit. ``ours`` / ``builtin`` / ``amp`` / ``hand`` shard the blocks, then the model (in ``configure_model``
+    or by hand), ``ours-whole`` the model as one unit; ``ours-blocks`` (``FSDP2Strategy(auto_wrap_policy={Block})``)
+    and ``ours-default`` (the plugin's own strategy) have no ``configure_model``. ``reduce`` ("fp32", "bf16", "fp16")
+    overrides the reduce dtype; ``options``: ours' plugin options."""
     if variant == "hand":
         return _fsdp_hand(precision, task, steps, warmup, reduce, on_step)
-    options = {"reduce_dtype": reduce} if reduce else {}
-    trainer, shard, kw = fsdp2_variant(variant.removesuffix("-blocks"), precision, **options)
-    if variant == "ours-blocks":  # no configure_model: FSDP2Strategy shards by the user's block set
-        shard, kw["strategy"] = None, FSDP2Strategy(auto_wrap_policy={type(block) for block in task.net().blocks})
-    return _lightning_fit(trainer, task, steps, warmup, on_step, shard, **kw)
+    if reduce:
+        options["reduce_dtype"] = reduce
+    if variant in ("ours-blocks", "ours-default"):
+        kw = {"precision_plugin": plugin("fsdp", "ours", precision, **options)}
+        if variant == "ours-blocks":  # the user's block set
+            kw["strategy"] = FSDP2Strategy(auto_wrap_policy={type(block) for block in task.net().blocks})
+        return _lightning_fit(precision_base.Trainer, task, steps, warmup, on_step, None, **kw)
+    trainer, by_block, kw = fsdp2_variant(variant.removesuffix("-whole"), precision, **options)
+
+    def whole(module: Any, mesh: Any, is_root: bool) -> None:
+        if is_root:  # the model itself, not one of its blocks
+            by_block(module, mesh, is_root)
+
+    return _lightning_fit(trainer, task, steps, warmup, on_step, whole if variant == "ours-whole" else by_block, **kw)
 
 
 def plugin(backend: str, variant: str, precision: str, **options: Any) -> Any:
-    """The precision plugin of ``variant`` for ``backend`` ("fsdp", "deepspeed") at ``precision``: ``ours``
-    (``precision_base.resolve("fsdp:...")``, ``precision_deepspeed.DeepSpeedPrecision``; with ``options``) or
-    ``builtin`` (Lightning's ``FSDPPrecision``, ``DeepSpeedPrecision``)."""
+    """The precision plugin of ``variant`` ("ours", with ``options``, or "builtin") for ``backend`` at ``precision``."""
     if variant == "builtin":
         builtin = pl_precision.FSDPPrecision if backend == "fsdp" else pl_precision.DeepSpeedPrecision
         return builtin(precision)  # type: ignore[arg-type]
@@ -255,12 +249,9 @@ def _policies(low: torch.dtype, reduce: torch.dtype, cast_in_blocks: bool) -> di
 
 
 def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """FSDP2 under Lightning's ``ModelParallelStrategy`` over this launch's ranks: the Trainer class,
-    ``shard(module, mesh, is_root)`` for ``configure_model`` and the Trainer's strategy and precision arguments.
-    ``ours``: our plugin and its ``fully_shard``; ``builtin``: Lightning's ``FSDPPrecision`` and ``fully_shard`` with a
-    policy from its ``mixed_precision_config`` (what a user of the built-in writes); ``amp`` (``*-mixed``): Lightning's
-    ``MixedPrecision(precision, device="cpu")`` and ``fully_shard`` with a low-precision compute, fp32-reduce policy
-    (the blocks' without the input cast, as ours)."""
+    """FSDP2 under ``ModelParallelStrategy``: the Trainer class, ``shard(module, mesh, is_root)`` for
+    ``configure_model`` and the Trainer's arguments. ``builtin``: ``fully_shard`` with a policy from
+    ``FSDPPrecision.mixed_precision_config`` (what a user of the built-in writes)."""
     kw: dict[str, Any] = {"strategy": ModelParallelStrategy(data_parallel_size=world_size(), tensor_parallel_size=1)}
     if variant == "ours":
         ours = kw["precision_plugin"] = plugin("fsdp", "ours", precision, **options)
@@ -277,8 +268,7 @@ def fsdp2_variant(variant: str, precision: str, **options: Any) -> tuple[Any, An
 
 
 def _fsdp_hand(precision: str, task: Task, steps: int, warmup: int, reduce: str, on_step: OnStep) -> Any:
-    """What ``ours`` does, written with plain torch: FSDP2 policy, autocast, GradScaler, AdamW; under ``*-mixed``
-    BatchNorm layers in float32, each its own FSDP2 unit with a float32 policy (:func:`norms_in_fp32`)."""
+    """What ``ours`` does in plain torch: FSDP2 policy, autocast, GradScaler, AdamW, float32 BatchNorm units."""
     ensure_process_group()
     low, mixed = precision_dtype(precision), precision.endswith("-mixed")
     storage = torch.float32 if mixed else low
@@ -339,8 +329,7 @@ def deepspeed(variant: str, precision: str, task: Task, steps: int, warmup: int,
 
 
 def run(backend: str, variant: str, precision: str, task: Task, steps: int, warmup: int, **kw: Any) -> dict[str, Any]:
-    """One fit of ``backend`` ("fsdp" or "deepspeed"); a ``-lowreduce`` variant (FSDP ``*-mixed``) reduces in the
-    compute dtype instead of fp32."""
+    """One fit of ``backend``; a ``-lowreduce`` variant (FSDP ``*-mixed``) reduces in the compute dtype."""
     if variant.endswith("-lowreduce"):
         kw["reduce"] = {"16-mixed": "fp16", "bf16-mixed": "bf16"}[precision]
         variant = variant.removesuffix("-lowreduce")

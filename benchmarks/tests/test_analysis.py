@@ -10,7 +10,9 @@ from bench import overhead, report
 from tools.docgen import benchmark_index
 
 
-def test_ratio_interval_verdicts_and_rounds() -> None:
+def test_summary_and_ratio_interval_verdicts_and_rounds() -> None:
+    s = report.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert (s["median"], s["iqr"], s["rel_iqr"]) == pytest.approx((3.0, 2.0, 2 / 3))
     base = [1.0 + 0.01 * (i % 5) for i in range(40)]
     same = report.ratio(base, list(base))
     assert same["ratio"] == 1.0
@@ -25,12 +27,13 @@ def test_ratio_interval_verdicts_and_rounds() -> None:
     assert report.ratio(slow, base) == report.ratio(slow, base), "fixed seed: the same interval every time"
 
 
-def test_summary() -> None:
-    s = report.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert (s["median"], s["iqr"], s["rel_iqr"]) == pytest.approx((3.0, 2.0, 2 / 3))
-
-
-def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path: Path) -> None:
+def test_overhead_analysis_leaves_out_a_failed_variant_and_writes_json_markdown_png_and_index(tmp_path: Path) -> None:
+    times = [[0.01 + 1e-4 * k for k in range(10)]] * 2
+    raw = {"wall": {"bf16-mixed|ours": times}, "cpu": {"bf16-mixed|ours": times},
+           "errors": {"bf16-mixed|builtin": "RuntimeError: expected scalar type BFloat16 but found Float"}}  # fmt: skip
+    failed = overhead.analyse(raw, {"bf16-mixed": ["ours", "builtin", "hand"]})
+    assert list(failed["bf16-mixed"]["wall"]["step_s"]) == ["ours"]
+    assert failed["bf16-mixed"]["wall"]["ratios"] == {}
     variants = {"bf16-mixed": ["ours", "ours-lowreduce", "builtin", "hand"]}
     samples = {
         f"bf16-mixed|{v}": [[0.01 + 0.001 * i + 1e-4 * k for k in range(10)]] * 2
@@ -53,22 +56,13 @@ def test_overhead_analysis_writes_json_markdown_png_and_index(tmp_path: Path) ->
     assert "(quick smoke run)" in (tmp_path / "index.md").read_text()
 
 
-def test_a_variant_that_failed_is_left_out() -> None:
-    times = [[0.01 + 1e-4 * k for k in range(10)]] * 2
-    raw = {"wall": {"bf16-mixed|ours": times}, "cpu": {"bf16-mixed|ours": times},
-           "errors": {"bf16-mixed|builtin": "RuntimeError: expected scalar type BFloat16 but found Float"}}  # fmt: skip
-    results = overhead.analyse(raw, {"bf16-mixed": ["ours", "builtin", "hand"]})
-    assert list(results["bf16-mixed"]["wall"]["step_s"]) == ["ours"]
-    assert results["bf16-mixed"]["wall"]["ratios"] == {}
-
-
 def test_gather_breakdown_counts_every_parameter_once_and_names_what_stays_bf16() -> None:
     pytest.importorskip("transformers")
-    from bench import memory_real
+    from bench import memory
     from precision_testsupport import architectures
 
-    for model in memory_real.DECODERS:
-        groups = {g["group"]: g for g in memory_real.gather_breakdown(model)}
+    for model in memory.DECODERS:
+        groups = {g["group"]: g for g in memory.gather_breakdown(model)}
         assert sum(g["parameters"] for g in groups.values()) == architectures.parameters(model, 0, 0, 0)
         converted = groups.pop("Linear weights converted to float8")
         assert converted["fp8_bytes"] * 2 == converted["bf16_bytes"]

@@ -1,6 +1,5 @@
-"""gpu_bench.py's plumbing on a CPU: argument parsing, the plan, the MFU arithmetic, the refusal without CUDA, the
-step-time measurement on a tiny model (a plain loop and a real Lightning fit), and the report and index it writes. No
-speed is asserted; the GPU itself is not exercised here (no GPU on the machines these tests run on)."""
+"""gpu_bench.py's plumbing on a CPU: arguments, the plan, the MFU arithmetic, the refusal without CUDA, the step-time
+measurement of a real Lightning fit of a tiny model, the report and index it writes. No speed is asserted."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 import gpu_bench
-from bench import report, runs
+from bench import report
 from precision_testsupport.launch import run_ranks
 from precision_testsupport.models import TinyGPT
 from tools.docgen import benchmark_index
@@ -22,7 +21,7 @@ TINY = {"vocab": 32, "d_model": 16, "layers": 2, "heads": 2, "seq": 8, "batch": 
 HERE = Path(__file__).resolve()
 
 
-def test_arguments_and_plan() -> None:
+def test_arguments_and_plan(capsys: pytest.CaptureFixture[str]) -> None:
     args = gpu_bench.parse([])
     assert (args.sections, args.setups, args.rounds) == (list(gpu_bench.SECTIONS), list(gpu_bench.SETUPS), 1)
     p = gpu_bench.plan(args)
@@ -39,6 +38,10 @@ def test_arguments_and_plan() -> None:
     only_fp8 = gpu_bench.plan(gpu_bench.parse(["--sections", "fp8", "--layers", "4"]))
     assert (only_fp8["fits"], only_fp8["budget_s"], only_fp8["fp8_model"]["layers"]) == ([], {"fp8": 400.0}, 4)
     assert gpu_bench.parse(["--update-docs"]).out == report.DOCS
+    with pytest.raises(SystemExit) as exc:  # a bad choice says what is allowed
+        gpu_bench.parse(["--setups", "fsdp3"])
+    assert exc.value.code == 2
+    assert "unknown setup(s) fsdp3; choose from fsdp1, fsdp2, zero2, zero3" in capsys.readouterr().err
 
 
 def test_gpu_math() -> None:
@@ -52,75 +55,45 @@ def test_gpu_math() -> None:
     assert gpu_bench.mfu(1000.0, m, None, 1) is None
 
 
-def test_bad_arguments_say_what_is_allowed(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        gpu_bench.parse(["--setups", "fsdp3"])
-    assert exc.value.code == 2
-    assert "unknown setup(s) fsdp3; choose from fsdp1, fsdp2, zero2, zero3" in capsys.readouterr().err
-
-
-def test_dry_run_prints_the_plan_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_prints_the_plan_and_without_cuda_it_exits_at_once(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_bench.main(["--dry-run", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("gpu_bench plan: 32 fits (setups fsdp1, fsdp2, zero2, zero3; 1 round(s);")
     assert out.splitlines()[1].startswith("  fit  fsdp1  bf16-mixed")
     assert "  fit  zero3  bf16-mixed" in out
     assert "  fp8  fsdp:fp8-rowwise     compile on" in out
+    if not torch.cuda.is_available():  # the refusal, on a machine without a GPU
+        assert gpu_bench.main([]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("gpu_bench.py needs a CUDA GPU and none is visible (torch.cuda.is_available() is False")
+        assert "--dry-run" in err
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
-def test_without_cuda_it_exits_at_once_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpu_bench.main([]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("gpu_bench.py needs a CUDA GPU and none is visible (torch.cuda.is_available() is False")
-    assert "--dry-run" in err
+def rank_fit(args: dict[str, Any]) -> dict[str, Any]:
+    """In a 1-rank process: a real Lightning fit through the plugin (the fp8 section's path) on the CPU, measured."""
+    net = TinyGPT(**{k: v for k, v in TINY.items() if k != "batch"})
+    fit = gpu_bench.lightning_fit("single", "ours", args["spec"], net, gpu_bench.tokens(TINY, 5, 0), "cpu")
+    return gpu_bench.measure(fit, 1, "cpu")
 
 
-def test_measure_times_every_step_after_warmup_on_a_tiny_model() -> None:
-    net, data = TinyGPT(**{k: v for k, v in TINY.items() if k != "batch"}), gpu_bench.tokens(TINY, 6, 0)
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-
-    def fit(tick: Any) -> list[float]:
-        losses = []
-        for batch in data:
-            tick()
-            loss = runs.loss_fn(net(batch[:, :-1]), batch[:, 1:])
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            losses.append(float(loss.detach()))
-        tick()
-        return losses
-
-    r = gpu_bench.measure(fit, 2, "cpu")
+def test_measure_times_every_step_after_warmup_of_a_real_lightning_fit() -> None:
+    r = run_ranks(f"{HERE}:rank_fit", {"spec": "fsdp:32-true"}, world=1, threads=1, timeout=300, cwd=HERE.parents[1])
     assert len(r["times"]) == 4
     assert all(t > 0 for t in r["times"])
     assert r["step_s"]["n"] == 4
     assert r["step_s"]["median"] > 0
     assert r["final_loss"] == r["losses"][-1]
-    assert len(r["losses"]) == 6
+    assert len(r["losses"]) == 5
     assert math.isfinite(r["final_loss"])
     assert r["peak_memory_bytes"] is None
     assert r["fit_s"] >= sum(r["times"])
 
 
-def rank_fit(args: dict[str, Any]) -> dict[str, Any]:
-    """In a 1-rank process: a real Lightning fit through the plugin (the fp8 section's path) on the CPU."""
-    net = TinyGPT(**{k: v for k, v in TINY.items() if k != "batch"})
-    fit = gpu_bench.lightning_fit("single", "ours", args["spec"], net, gpu_bench.tokens(TINY, 5, 0), "cpu")
-    out = gpu_bench.measure(fit, 1, "cpu")
-    return {k: out[k] for k in ("times", "losses", "final_loss")}
-
-
-def test_a_real_lightning_fit_is_timed_step_by_step() -> None:
-    out = run_ranks(f"{HERE}:rank_fit", {"spec": "fsdp:32-true"}, world=1, threads=1, timeout=300, cwd=HERE.parents[1])
-    assert len(out["times"]) == 4
-    assert all(t > 0 for t in out["times"])
-    assert len(out["losses"]) == 5
-    assert math.isfinite(out["final_loss"])
-
-
-def _records() -> list[dict[str, Any]]:
+def test_report_and_index_from_journal_records(tmp_path: Path) -> None:
+    benchmark_index.write(tmp_path)
+    assert "## GPU\n\nNot run yet" in (tmp_path / "index.md").read_text()
+    args = gpu_bench.parse(["--out", str(tmp_path)])
+    p = gpu_bench.plan(args)
     step = {"times": [0.01, 0.011, 0.012], "losses": [9.0, 8.5], "final_loss": 8.5, "peak_memory_bytes": 2**30}
     recs: list[dict[str, Any]] = [
         {"kind": "fit", "round": r, "setup": "fsdp2", "precision": "bf16-mixed", "variant": v, **step,
@@ -131,21 +104,14 @@ def _records() -> list[dict[str, Any]]:
     recs.append({"kind": "fit", "round": 0, "setup": "zero3", "precision": "16-mixed", "variant": "ours",
                  "error": "RuntimeError: boom"})  # fmt: skip
     recs.append({"kind": "fp8", "spec": "fsdp:fp8-rowwise", "compile": True, "skipped": "time budget spent"})
-    return recs
-
-
-def test_report_and_index_from_journal_records(tmp_path: Path) -> None:
-    benchmark_index.write(tmp_path)
-    assert "## GPU\n\nNot run yet" in (tmp_path / "index.md").read_text()
-    args = gpu_bench.parse(["--out", str(tmp_path)])
-    p = gpu_bench.plan(args)
-    results = gpu_bench.analyse(_records(), p["fp8_model"], 989.0)
+    results = gpu_bench.analyse(recs, p["fp8_model"], 989.0)
     assert results["fits"]["fsdp2|bf16-mixed"]["ratios"]["ours/builtin"]["ratio"] == 1.0
     assert results["fits"]["fsdp2|bf16-mixed"]["memory_ours/builtin"] == 1.0
     assert results["fp8"][1]["tokens_per_s_vs_bf16_mixed"] == 1.0
     config = {"plan": p, "rounds": 2, "peak_tflops": 989.0, "fp8_problem": None, "gpus": 1}
     machine = {**report.machine_info(), "gpu": "NVIDIA Test GPU"}
-    paths = gpu_bench.write_report(tmp_path, results, machine, config, 0.0)
+    paths = report.save(tmp_path, "gpu", 0.0, quick=False, machine=machine, config=config, results=results)
+    benchmark_index.write(tmp_path)
     assert [x.name for x in paths] == ["gpu.json", "gpu.md", "gpu.png"]
     md = paths[1].read_text()
     assert "| fsdp2 | bf16-mixed | ours | 11.00 |" in md

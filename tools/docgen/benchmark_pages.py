@@ -731,11 +731,12 @@ def _measure_table(r: dict[str, Any]) -> str:
                      f"{ms:.1f} ({c['step_ms_low']:.1f}-{c['step_ms_high']:.1f})" if ms is not None else "-",
                      f"{ms / ref['step_ms']:.2f}x" if ms is not None and ref and ref["step_ms"] else "-",
                      fmt_bytes(c["peak_bytes"]) if c["peak_bytes"] is not None else "-",
+                     fmt_bytes(c["tensor_bytes"]) if c.get("tensor_bytes") is not None else "-",
                      _percent(c["loss_deviation"]),
                      {True: "ok", False: "mismatch", None: "-"}[c["audit_ok"]],
                      (c["reason"] or "").replace("[", "(").replace("]", ")")])  # fmt: skip
     header = ["candidate", "status", "median ms per step (95% interval)", "vs 32-true", "peak memory",
-              "loss deviation", "audit", "why not picked"]  # fmt: skip
+              "training state", "loss deviation", "audit", "why not picked"]  # fmt: skip
     return md_table(header, rows)
 
 
@@ -745,6 +746,8 @@ def _measure_page(d: dict[str, Any]) -> Page:
     terms = ("**median ms per step**: after the warm-up, with a distribution-free 95% interval of the median",
              "**vs 32-true**: the candidate's median over the reference's (below 1: faster)",
              "**peak memory**: the fit's peak RSS increase",
+             "**training state**: the parameters', gradients' and optimizer state's bytes one process holds before "
+             "the last optimizer step",
              "**loss deviation**: the mean of |loss - reference| / |reference| over the same steps")  # fmt: skip
     parts.append(reading(*terms))
     for model, r in results.items():

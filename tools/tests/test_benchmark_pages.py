@@ -123,7 +123,8 @@ def _measure(folder: Path) -> dict[str, Any]:
         ran = ms is not None
         return {"spec": spec, "status": status, "reason": reason, "step_ms": ms, "step_ms_low": ms and 0.9 * ms,
                 "step_ms_high": ms and 1.1 * ms, "peak_bytes": 2**25 if ran else None,
-                "loss_deviation": 0.01 if status == "ok" else None, "audit_ok": True if ran else None,
+                "tensor_bytes": 2**20 if ran else None, "loss_deviation": 0.01 if status == "ok" else None,
+                "audit_ok": True if ran else None,
                 "losses": [2.0, 1.5, 1.2] if status == "ok" else [2.0, "inf"]}  # fmt: skip
 
     search = {
@@ -320,9 +321,10 @@ def test_every_kind_of_page_reads_the_same_way(tmp_path: Path) -> None:
     assert "| fsdp2 | bf16-mixed | ours | 11.00 | 9,000 | 1.00 GiB | 8.5000 | 1.00 [0.99, 1.01] same | 1.000 |" in gpu
     assert "**MFU**: model FLOPs utilisation" in gpu
     measured = benchmark_pages.markdown(json.loads((tmp_path / "measure.json").read_text()))
-    assert "| `fsdp:32-true` (picked) | ok | 30.0 (27.0-33.0) | 1.00x | 32.00 MiB | 1.0% | ok |  |" in measured
+    picked = "| `fsdp:32-true` (picked) | ok | 30.0 (27.0-33.0) | 1.00x | 32.00 MiB | 1.00 MiB | 1.0% | ok |  |"
+    assert picked in measured
     assert "| `fsdp:16-true` | diverged | 90.0 (81.0-99.0) | 3.00x |" in measured
-    refused = "| `fsdp:fp8-tensorwise` | refused | - | - | - | - | - | Float8UnavailableError: needs a GPU (sm89) |"
+    refused = "| `fsdp:fp8-tensorwise` | refused | - | - | - | - | - | - | Float8UnavailableError: needs a GPU (sm89) |"
     assert refused in measured
     assert "- resnet: picked fsdp:32-true: the fastest of 2 candidate(s) (table)" in measured
 

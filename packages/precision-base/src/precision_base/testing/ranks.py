@@ -185,7 +185,7 @@ def leave_rank(code: int = 0) -> NoReturn:
     rank together), flush stdout and stderr, and exit with ``code`` without the interpreter's teardown.
 
     That teardown is where a gloo thread still joinable aborts the process after the fact ("terminate called
-    without an active exception", exit -6; seen with torch 2.13 on CPU about once in 20 two-process runs, plain
+    without an active exception", exit -6; seen with torch 2.13 on CPU about once in 70 two-process runs, plain
     Lightning DDP included). Call it only on success: an exception should propagate as usual (traceback, exit 1).
     """
     _close_process_group()

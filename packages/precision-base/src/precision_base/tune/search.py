@@ -36,8 +36,10 @@ DEFAULT_TOLERANCE = 0.1
 class Trial:
     """One candidate's row. ``step_ms``: median milliseconds per optimizer step after the warm-up (with a 95%
     interval of the median, ``step_ms_low`` .. ``step_ms_high``); ``peak_bytes``: CUDA allocator peak, or on a CPU
-    the peak RSS increase of the fit; ``loss_deviation``: mean of ``|loss - reference| / |reference|`` over the
-    steps both ran; ``world_size``: the processes its Trainer trained with (``devices``)."""
+    the peak RSS increase of the fit; ``tensor_bytes``: the parameters', gradients' and optimizer state's bytes one
+    process holds before the last optimizer step (its local shards); ``loss_deviation``: mean of
+    ``|loss - reference| / |reference|`` over the steps both ran; ``world_size``: the processes its Trainer trained
+    with (``devices``)."""
 
     spec: str
     status: str
@@ -46,6 +48,7 @@ class Trial:
     step_ms_low: Optional[float] = None
     step_ms_high: Optional[float] = None
     peak_bytes: Optional[int] = None
+    tensor_bytes: Optional[int] = None
     loss_deviation: Optional[float] = None
     audit_ok: Optional[bool] = None
     skipped_steps: Optional[int] = None
@@ -88,13 +91,15 @@ class TuneResult:
     def render(self) -> str:
         """The table ``precision-plugins recommend --measure`` prints, fastest first, ratios against the reference."""
         ref = next((t for t in self.candidates if t.spec == self.reference), None)
-        rows = [("candidate", "status", "step ms", "vs 32-true", "peak MiB", "loss dev.", "audit", "why not")]
+        rows = [("candidate", "status", "step ms", "vs 32-true", "peak MiB", "tensors MiB", "loss dev.", "audit",
+                 "why not")]  # fmt: skip
         for t in self.candidates:
             ratio = f"{t.step_ms / ref.step_ms:.2f}x" if t.step_ms and ref is not None and ref.step_ms else ""
             rows.append((
                 t.spec + (" *" if t.spec == self.picked else ""), t.status,
                 f"{t.step_ms:.1f}" if t.step_ms is not None else "", ratio,
                 f"{t.peak_bytes / 2**20:.0f}" if t.peak_bytes is not None else "",
+                f"{t.tensor_bytes / 2**20:.2f}" if t.tensor_bytes is not None else "",
                 percent(t.loss_deviation) if t.loss_deviation is not None else "",
                 {True: "ok", False: "mismatch", None: ""}[t.audit_ok], "" if t.status == "ok" else t.reason,
             ))  # fmt: skip
@@ -193,6 +198,7 @@ def _trial(record: dict[str, Any], wall_s: float) -> Trial:
         mid, low, high = median_interval([t * 1e3 for t in times])
         trial.step_ms, trial.step_ms_low, trial.step_ms_high = mid, low, high
     trial.peak_bytes, trial.audit_ok = record.get("peak_bytes"), record.get("audit_ok")
+    trial.tensor_bytes = record.get("tensor_bytes")
     trial.skipped_steps, trial.losses = record.get("skipped_steps"), list(record.get("losses") or [])
     trial.fit_s, trial.world_size = float(record.get("fit_s", 0.0)), record.get("world_size")
     return trial

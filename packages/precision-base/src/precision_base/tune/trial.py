@@ -4,8 +4,9 @@ The search ([`precision_base.tune.search`][]) starts one such process per plugin
 steps and devices. Here: the factory builds the user's LightningModule (and data) after ``seed_everything``, a
 ``precision_base.Trainer`` with that plugin fits ``warmup + steps`` optimizer steps with a
 [`PrecisionAudit`][precision_base.PrecisionAudit] of the first step, and ``OUT`` gets one JSON object: the step
-times, the losses, the peak memory, the audit's verdict and, for a run that could not train, why. Nothing is
-printed for the user; the search reads ``OUT``.
+times, the losses, the peak memory, the training state's bytes this process holds before the last optimizer
+step (parameters, gradients, optimizer state: [`precision_base.tune.tensor_bytes`][]), the audit's verdict and,
+for a run that could not train, why. Nothing is printed for the user; the search reads ``OUT``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from precision_base.errors import PrecisionPluginError
+from precision_base.tune.tensor_bytes import tensor_bytes
 
 
 def load_factory(ref: str) -> Callable[[], Any]:
@@ -124,6 +126,8 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     sync: Callable[[], Any] = torch.cuda.synchronize if cuda else _nothing
     starts: list[float] = []
     losses: list[float | None] = []
+    held: list[int] = []
+    counting: list[float] = []
 
     class Clock(pl.Callback):
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -133,9 +137,15 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             losses.append(_loss_of(outputs))
 
+        def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+            if trainer.global_step == args["warmup"] + args["steps"] - 1:  # the last step: gradients and state held
+                began = time.perf_counter()
+                held.append(tensor_bytes(trainer.strategy.model, trainer.optimizers))
+                counting.append(time.perf_counter() - began)
+
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             sync()
-            starts.append(time.perf_counter())
+            starts.append(time.perf_counter() - sum(counting))  # the count is left out of the last step's time
 
     audit = precision_base.PrecisionAudit(steps=1)
     before = None
@@ -168,6 +178,8 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
         record["peak_bytes"], record["peak_kind"] = int(torch.cuda.max_memory_allocated()), "CUDA allocator peak"
     elif before is not None and (peak := _rss("VmHWM")) is not None:
         record["peak_bytes"], record["peak_kind"] = peak - before, "peak RSS increase"
+    if record["status"] == "ok" and held:
+        record["tensor_bytes"] = held[0]
     record["audit_ok"] = audit.ok
     record["world_size"] = int(trainer.world_size) if trainer is not None else None
     if audit.report is not None and not audit.report.ok:

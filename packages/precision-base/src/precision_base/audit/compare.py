@@ -127,7 +127,6 @@ def build_rows(
 ) -> list[AuditRow]:
     """The report's rows: every observation of ``recorder`` against ``table``; ``float8``: the precision declares
     float8 matmuls ([`declares_float8`][precision_base.audit.compare.declares_float8])."""
-    fp8 = float8
     forward = table.compute if table.autocast is None else _either(table.compute, table.parameters)
     modules = list(recorder.modules.items())
     rows: list[AuditRow] = []
@@ -149,7 +148,7 @@ def build_rows(
         "autocast", ((n, s, "off" if s.kept else (table.autocast or "off"), s.autocast) for n, s in matmuls)
     )
     rows += _module_rows("compute", ((n, s, "float32" if s.kept else table.compute, s.outputs) for n, s in matmuls))
-    rows += _float8_rows(matmuls, fp8)
+    rows += _float8_rows(matmuls, float8)
 
     for seen_opt in recorder.optimizer_seen:
         if not seen_opt.steps:
@@ -174,7 +173,7 @@ def build_rows(
     # a kept module gathered in float32 is a unit of its own (FSDP2): its collectives run in float32 too; they cannot
     # be told apart from the others' by the collective alone
     kept32 = ("float32",) if any(s.kept and "float32" in s.params for _n, s in modules) else ()
-    gathering = _either(*forward.split(" or "), *(("float8_e4m3fn",) if fp8 else ()), *kept32)
+    gathering = _either(*forward.split(" or "), *(("float8_e4m3fn",) if float8 else ()), *kept32)
     rows += _collective_rows(recorder.tap.calls, _either(table.reduction, *kept32), gathering)
 
     rows += _module_rows("buffers", ((n, s, "float32" if s.kept else table.buffers, s.buffers) for n, s in modules))
@@ -196,7 +195,7 @@ def build_rows(
     return sorted(rows, key=lambda r: ROLES.index(r.role))
 
 
-def _float8_rows(matmuls: list[tuple[str, ModuleSeen]], fp8: bool) -> list[AuditRow]:
+def _float8_rows(matmuls: list[tuple[str, ModuleSeen]], float8: bool) -> list[AuditRow]:
     ran = [(n, s) for n, s in matmuls if s.float8]
     declared = [(n, s) for n, s in matmuls if s.kind.startswith("Float8")]
     rows = _module_rows(
@@ -209,11 +208,11 @@ def _float8_rows(matmuls: list[tuple[str, ModuleSeen]], fp8: bool) -> list[Audit
     )
     # a Float8* layer that ran float8 products is ok whatever the operand dtype is called
     rows = [AuditRow(r.role, r.subject, r.expected, r.observed, "no float8 GEMM" not in r.observed) for r in rows]
-    if fp8 and not ran:
+    if float8 and not ran:
         count = Counter(s.kind for _, s in matmuls)
         observed = "no layer ran float8 GEMMs (" + ", ".join(f"{k} x{n}" for k, n in sorted(count.items())) + ")"
         rows.append(AuditRow("float8", "converted layers", "float8 GEMMs in at least one layer", observed, False))
-    if not fp8 and (ran or declared):
+    if not float8 and (ran or declared):
         rows = [AuditRow(r.role, r.subject, "-", r.observed, None) for r in rows]
     return rows
 

@@ -9,6 +9,7 @@
     nox -s clean [-- --caches]             remove .nox venvs and build/ (and empty pip's and uv's caches)
     nox -s gpu_kit [-- TARGET.toml]        wheels for a GPU node without network into build/gpu-kit/
     nox -s gpu_kit_rehearsal               that kit for this machine, installed offline, the node command's dry run
+    nox -s gpu_rehearsal                   the same for the H200 target itself (nightly: torch's CUDA build)
 
 The packages come from ``[tool.precision-plugins]`` in pyproject.toml (tools/packages.py); the matrix axes, the
 CI cell and extra cells from tools/matrix.toml (tools/matrix.py). Each cell writes build/matrix/reports/<cell>.json.
@@ -27,7 +28,6 @@ space (tools/diskspace.py) and stops before installing when short; one-shot sess
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -41,6 +41,7 @@ from tools.nox_support import (
     PACKAGES,
     PYTHON,
     TEST_DEPS,
+    build_dists,
     ci_torch,
     define_cells,
     everything,
@@ -49,6 +50,7 @@ from tools.nox_support import (
     lint_repository,
     run_integration,
     run_zoo,
+    torch_need,
     venv,
 )
 from tools.packages import ROOT, find, unpublished_packages
@@ -134,18 +136,7 @@ def build(session: nox.Session) -> None:
     """Wheels and sdists into dist/ (emptied first): twine check --strict, tools.check_dist, changelog fragments.
     ``nox -s build -- precision-fsdp --release`` builds one package and also requires its CHANGELOG.md to have an
     entry for its version (what the release workflow runs and publishes)."""
-    session.install("build", "twine", "packaging", "towncrier")
-    release = "--release" in session.posargs
-    chosen = [find(a) for a in session.posargs if not a.startswith("-")] or list(PACKAGES.values())
-    dist = ROOT / "dist"
-    shutil.rmtree(dist, ignore_errors=True)
-    for pkg in chosen:
-        session.run("python", "-m", "build", "--outdir", str(dist), str(pkg.path))
-        with session.chdir(pkg.path):  # fragments must render (a typo in a fragment's type fails here)
-            session.run("towncrier", "build", "--draft", "--version", pkg.version(), silent=True)
-    session.run("twine", "check", "--strict", *sorted(map(str, dist.iterdir())))
-    only = ["--package", chosen[0].dist] if len(chosen) == 1 else []
-    session.run("python", "-m", "tools.check_dist", str(dist), *only, *(["--release"] if release else []))
+    build_dists(session)
 
 
 @nox.session(python=PYTHON, venv_backend=LIGHT, tags=["release"])
@@ -225,6 +216,15 @@ def gpu_kit_rehearsal(session: nox.Session) -> None:
     the kit built for it, installed with no index, ``tools/gpu_node.sh --dry-run``, then what the node would need."""
     session.install(*gpu_rehearsal.requirements())
     session.run("python", "-m", "tools.gpu_rehearsal", str(ROOT / "build" / "gpu-rehearsal"))
+
+
+@nox.session(name="gpu_rehearsal", python="3.12", tags=["nightly", "gpu_kit"])
+@venv(lambda session: torch_need(gpu_rehearsal.requirement("torch", gpu_rehearsal.H200)), one_shot=True)
+def gpu_rehearsal_h200(session: nox.Session) -> None:
+    """Nightly: the same on the H200 target itself (its Python 3.12, torch 2.11.0's CUDA build from the registry,
+    several GB), then the GPU run's CPU part (imports, both models built, the plan's first CPU-runnable fit)."""
+    session.install(*gpu_rehearsal.requirements(gpu_rehearsal.H200))
+    session.run("python", "-m", "tools.gpu_rehearsal", "--target", "h200", str(ROOT / "build" / "gpu-rehearsal-h200"))
 
 
 @nox.session(venv_backend="none", tags=["matrix", "table"])

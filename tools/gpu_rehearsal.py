@@ -1,8 +1,12 @@
-"""The GPU node's command rehearsed on this machine (issue 29 item 4a; ``nox -s gpu_kit_rehearsal``, in the ci tag).
+"""The GPU node's command rehearsed without the GPU (issue 29 item 4), for a target file.
 
-The session's fresh venv holds only the rehearsal target's installed set (``tools/gpu_targets/rehearsal.toml``:
-this machine's Python and CPU torch, in the shape of the H200 target; :func:`requirements`). Then, with that venv's
-Python, ``python -m tools.gpu_rehearsal OUT``:
+* ``nox -s gpu_kit_rehearsal`` (ci tag): the rehearsal target (``tools/gpu_targets/rehearsal.toml``: this machine's
+  Python and CPU torch, in the shape of the H200 target);
+* ``nox -s gpu_rehearsal`` (nightly: it downloads torch 2.11.0's CUDA build, several GB): the H200 target itself,
+  Python 3.12 and its versions (``tools/gpu_targets/h200.toml``).
+
+The session's fresh venv holds only the target's installed set (:func:`requirements`). Then, with that venv's
+Python, ``python -m tools.gpu_rehearsal [--target NAME] OUT``:
 
 1. builds the kit for the rehearsal target into ``OUT/gpu-kit`` (``tools.gpu_kit``: the package registry is the only
    network it uses, as where the real kit is built);
@@ -12,7 +16,12 @@ Python, ``python -m tools.gpu_rehearsal OUT``:
    and what is installed, the kit included; deepspeed, torchao and every entry point of ``precision_base.plugins``
    found in the kit's ``--target`` folder; the plugins ``precision-plugins list`` shows as ok from there; the
    command's caps and the dry run's own time within the node's 7 minutes; no call to git, nox or an index; the node
-   command at most 2,000 characters.
+   command at most 2,000 characters. A version that differs from the target's only in its local label (the
+   registry's ``torch 2.11.0`` for the node's ``2.11.0+cu130``: the registry has no such label) is a note, not a
+   problem;
+4. runs the part of the GPU run a CPU can (:func:`cpu_part`, from the kit): the GPU run's imports, both of its models
+   built (the ~1B fp8 model on the meta device), and the plan's first fit whose setup runs on a CPU, trained for two
+   steps.
 
 Every problem is one line naming what differed; exit 1 when there is any.
 """
@@ -20,6 +29,7 @@ Every problem is one line naming what differed; exit 1 when there is any.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -31,7 +41,9 @@ import tomllib
 
 from tools.packages import ROOT
 
-TARGET = ROOT / "tools" / "gpu_targets" / "rehearsal.toml"
+TARGETS = ROOT / "tools" / "gpu_targets"
+TARGET = TARGETS / "rehearsal.toml"
+H200 = TARGETS / "h200.toml"
 NODE_SCRIPT = ROOT / "tools" / "gpu_node.sh"
 NODE_BUDGET_S = 7 * 60
 """The node's time for the whole command (issue 29): the tests' and the run's caps and the rest must fit in it."""
@@ -43,9 +55,52 @@ def requirements(target: Path = TARGET) -> list[str]:
     return [name if version == "*" else f"{name}=={version.split('+')[0]}" for name, version in installed.items()]
 
 
+def requirement(name: str, target: Path = TARGET) -> str:
+    """The target's pip requirement for one distribution: ``requirement("torch", H200)`` -> ``"torch==2.11.0"``."""
+    return next(r for r in requirements(target) if r.split("==")[0] == name)
+
+
 def caps(script: str) -> dict[str, int]:
     """The default seconds ``tools/gpu_node.sh`` gives its steps: ``${NODE_TESTS_S:-120}`` -> ``NODE_TESTS_S: 120``."""
     return {name: int(value) for name, value in re.findall(r"\$\{(NODE_\w+_S):-(\d+)\}", script)}
+
+
+def label_only(difference: str) -> bool:
+    """Whether a node's difference line is a version that differs from the target's only in its local label:
+    ``difference: torch is 2.11.0 here; h200.toml says 2.11.0+cu130``."""
+    said = re.fullmatch(r"difference: \S+ is (\S+) here; .* says (\S+)", difference)
+    return bool(said) and said[1].split("+")[0] == said[2].split("+")[0] and said[1] != said[2]
+
+
+def cpu_part() -> list[str]:
+    """In a process with the kit on its path, the GPU run's CPU-runnable part; one line of what ran, then problems.
+
+    The imports of ``benchmarks/gpu_bench.py``, its plan, both models built (the fp8 model on the meta device: its
+    ~1B parameters counted, no memory used) and the plan's first fit whose setup runs on a CPU (FSDP1 and DeepSpeed
+    ZeRO under Lightning's strategies need CUDA here) trained for two steps with the run's own fit, smaller data."""
+    import torch
+
+    sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
+    import gpu_bench
+
+    from precision_testsupport.models import TinyGPT
+
+    plan = gpu_bench.plan(gpu_bench.parse([]))
+    model = {**plan["model"], "seq": 64, "batch": 2}
+    with torch.device("meta"):
+        big = TinyGPT(**{k: v for k, v in plan["fp8_model"].items() if k != "batch"})
+    count = sum(p.numel() for p in big.parameters())
+    fit = next((f for f in plan["fits"] if f["setup"] == "fsdp2"), None)
+    if fit is None:
+        return [f"built the fp8 model ({count / 1e9:.2f}B parameters)", "the plan has no fit a CPU can run"]
+    net = TinyGPT(**{k: v for k, v in model.items() if k != "batch"})
+    run = gpu_bench.lightning_fit(fit["setup"], fit["variant"], fit["precision"], net,
+                                  gpu_bench.tokens(model, 2, 0), accelerator="cpu")  # fmt: skip
+    done = gpu_bench.measure(run, 0, "cpu")
+    said = (f"built the fp8 model ({count / 1e9:.2f}B parameters); trained the plan's first CPU fit "
+            f"({fit['setup']} {fit['precision']} {fit['variant']}) for 2 steps: losses {done['losses']}")  # fmt: skip
+    bad = [] if len(done["losses"]) == 2 and all(map(math.isfinite, done["losses"])) else [f"the fit's losses: {done}"]
+    return [said, *bad]
 
 
 def problems(node_dir: Path, kit: Path, done: subprocess.CompletedProcess[str], wall_s: float, git_log: Path,
@@ -60,7 +115,7 @@ def problems(node_dir: Path, kit: Path, done: subprocess.CompletedProcess[str], 
     if record is None:
         found.append(f"the node command wrote no {node_dir / 'node.json'}")
     else:
-        found += [f"the node saw a {line}" for line in record["differences"]]
+        found += [f"the node saw a {line}" for line in record["differences"] if not label_only(line)]
     site = (kit / "site").resolve()
     for name, where in locations.items():
         if not Path(where).resolve().is_relative_to(site):
@@ -84,13 +139,17 @@ def problems(node_dir: Path, kit: Path, done: subprocess.CompletedProcess[str], 
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m tools.gpu_rehearsal OUT", file=sys.stderr)
+    target = TARGET
+    if len(argv) == 3 and argv[0] == "--target":
+        target, argv = TARGETS / f"{argv[1]}.toml", argv[2:]
+    if len(argv) != 1 or not target.is_file():
+        print(f"usage: python -m tools.gpu_rehearsal [--target NAME] OUT (NAME: a file in {TARGETS}, e.g. h200)",
+              file=sys.stderr)  # fmt: skip
         return 2
     out = Path(argv[0]).resolve()
     kit, node_dir, shims = out / "gpu-kit", out / "node", out / "shims"
     shims.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "tools.gpu_kit", str(TARGET), "--out", str(kit)], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "tools.gpu_kit", str(target), "--out", str(kit)], check=True, cwd=ROOT)
     git_log = out / "git-was-called"
     git_log.unlink(missing_ok=True)
     (shims / "git").write_text(f'#!/bin/sh\necho "git $*" >> {git_log}\nexit 1\n')
@@ -117,6 +176,22 @@ def main(argv: list[str]) -> int:
         found.append(f"importing from the kit failed: {located.stderr[-2000:]}")
     elif not any(name.startswith("entry point") for name in locations):
         found.append("no entry point of precision_base.plugins is found from the kit")
+    record = json.loads((node_dir / "node.json").read_text()) if (node_dir / "node.json").is_file() else {}
+    for line in filter(label_only, record.get("differences", [])):
+        print(f"gpu_rehearsal: note: {line} (a local label only: the registry's build is not the node's)")
+    code = (
+        "from tools.gpu_rehearsal import cpu_part; from precision_testsupport.launch import leave_rank; "
+        "print(*cpu_part(), sep='\\n', flush=True); leave_rank(0)"
+    )  # its fit's process group closed first
+    part_env = {**site_env, "PYTHONPATH": f"{kit / 'site'}{os.pathsep}{ROOT}"}
+    part = subprocess.run([sys.executable, "-c", code], env=part_env, capture_output=True, text=True, cwd=out,
+                          timeout=600)  # fmt: skip
+    lines = part.stdout.strip().splitlines()
+    if part.returncode != 0 or not lines:
+        found.append(f"the GPU run's CPU part exited {part.returncode}: {part.stderr[-2000:]}")
+    else:
+        print(f"gpu_rehearsal: the GPU run's CPU part: {lines[0]}")
+        found += lines[1:]
     print(f"gpu_rehearsal: the node command's dry run took {wall:.0f} s; imported from the kit: {sorted(locations)}")
     for line in found:
         print(f"gpu_rehearsal: problem: {line}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import nox
 
 from tools import diskspace, matrix, prerequisites
-from tools.packages import ROOT, Package, packages, unpublished_packages
+from tools.packages import ROOT, Package, find, packages, unpublished_packages
 
 LIGHT = "uv|virtualenv"  # sessions that install no torch
 MATRIX = matrix.load()
@@ -259,3 +259,20 @@ def install_chromium(session: nox.Session) -> None:
             session.error(prerequisites.problems({session.name}, machine)[0])
         session.run("apt-get", "update", "-qq", external=True)
         session.run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium", external=True)
+
+
+def build_dists(session: nox.Session) -> None:
+    """``nox -s build``: every package's (or the named ones') wheel and sdist into dist/ (emptied first), each
+    package's changelog fragments rendered, twine check --strict, tools.check_dist (``--release``: its too)."""
+    session.install("build", "twine", "packaging", "towncrier")
+    release = "--release" in session.posargs
+    chosen = [find(a) for a in session.posargs if not a.startswith("-")] or list(PACKAGES.values())
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    for pkg in chosen:
+        session.run("python", "-m", "build", "--outdir", str(dist), str(pkg.path))
+        with session.chdir(pkg.path):  # fragments must render (a typo in a fragment's type fails here)
+            session.run("towncrier", "build", "--draft", "--version", pkg.version(), silent=True)
+    session.run("twine", "check", "--strict", *sorted(map(str, dist.iterdir())))
+    only = ["--package", chosen[0].dist] if len(chosen) == 1 else []
+    session.run("python", "-m", "tools.check_dist", str(dist), *only, *(["--release"] if release else []))

@@ -86,7 +86,7 @@ INDEX_CELLS = {"ours / built-in": "ours/builtin", "ours / hand-written": "ours/h
 READING = reading(
     "**ms**: ours' median step time (wall clock) in milliseconds.",
     benchmark_pages.RATIO + " The table divides CPU time per step, the block below it wall time.",
-    INTERVAL, VERDICTS, CPU_TIME,
+    INTERVAL, VERDICTS, benchmark_pages.ROUND, CPU_TIME,
 )  # fmt: skip
 """What the index's overhead table uses, explained above it."""
 
@@ -300,6 +300,7 @@ def analysis(found: dict[str, Any], dropped: list[str]) -> str:
             benchmark_pages.RATIO + " Each comparison is given in wall time and in CPU time per step.",
             INTERVAL,
             VERDICTS,
+            benchmark_pages.ROUND,
             CPU_TIME,
         )
         + "\n",

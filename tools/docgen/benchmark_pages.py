@@ -25,13 +25,27 @@ from typing import Any
 Page = tuple[str, str, Callable[[Any], Any]]  # title, body, plot(pyplot) -> figure
 
 DPI = 150
-"""The charts' resolution: a figure ~8 in wide is ~1200 px, sharp when the page shows it at its ~800 px width."""
+"""The charts' resolution: a chart :data:`WIDTH` wide is ~1130 px, sharp where the page shows it :data:`PAGE_PX` wide
+(and on a screen of twice the pixel density)."""
+PAGE_PX = 688
+"""The width in CSS px at which the site shows a chart: mkdocs-material's text column with both sidebars (a 61rem grid
+less two 12.1rem sidebars and 1.2rem margins, at 20 px a rem). Wider charts are scaled down to it, their text too."""
+WIDTH = 7.5
+"""The widest a chart is drawn, in inches: text of :data:`FONTS` shows at ``size * PAGE_PX / (96 * width)`` pt on the
+page, about 9.5 pt for 10 pt tick labels (:func:`shown_pt`)."""
 FONTS: dict[str, Any] = {
     "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 10, "xtick.labelsize": 10,
     "ytick.labelsize": 10, "figure.constrained_layout.use": True,
 }  # fmt: skip
-"""matplotlib settings for every chart: 10-11 pt text on figures at most ~8 in wide, laid out so that nothing (a
-legend below the axes included) overlaps."""
+"""matplotlib settings for every chart: 10-11 pt text on figures at most :data:`WIDTH` wide, laid out so that nothing
+(a legend below the axes included) overlaps."""
+
+
+def shown_pt(size_pt: float, width_in: float, dpi: float = DPI) -> float:
+    """How large text of ``size_pt`` on a chart ``width_in`` wide, saved at ``dpi``, shows on the page, in CSS pt (72
+    an inch of 96 CSS px): the page shows a chart one CSS px a pixel, scaled down to :data:`PAGE_PX` when wider."""
+    return size_pt * min(dpi, PAGE_PX / width_in) / 96
+
 
 # ---- how every page writes a ratio and explains its terms ---------------------------------------------------------
 VERDICT_WORDS = {"slower": "slower", "faster": "faster", "same within spread": "same",
@@ -265,7 +279,8 @@ def _overhead_page(d: dict[str, Any]) -> Page:
 
     def plot(plt: Any) -> Any:
         drawn = [v for v in PLOTTED if any(v in e["wall"]["step_s"] for e in results.values())]
-        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(max(6.5, 1.5 * len(results)), 8.4), height_ratios=(3, 2))
+        wide = min(WIDTH, max(6.5, 1.5 * len(results)))
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(wide, 8.4), height_ratios=(3, 2))
         width = 0.8 / max(len(drawn), 1)
         for i, v in enumerate(drawn):
             cells = [(j, e["wall"]["step_s"][v]) for j, e in enumerate(results.values()) if v in e["wall"]["step_s"]]
@@ -287,18 +302,23 @@ def _overhead_page(d: dict[str, Any]) -> Page:
         series = [(k, t) for k in HEADLINE for t in ("cpu", "wall") if any(k in e[t]["ratios"] for e in ran)]
         for i, (k, t) in enumerate(series):  # CPU time filled, wall time hollow; in the compared variant's color
             pts = [(j, e[t]["ratios"][k]) for j, e in enumerate(ran) if k in e[t]["ratios"]]
-            color, lows, highs = COLORS[k.split("/")[1]], [r["ci95"][0] for _, r in pts], [r["ci95"][1] for _, r in pts]
-            ys = [r["ratio"] for _, r in pts]
-            ax2.errorbar([j + (i - (len(series) - 1) / 2) * 0.8 / len(series) for j, _ in pts], ys,
-                         yerr=[[y - lo for y, lo in zip(ys, lows, strict=True)],
-                               [hi - y for y, hi in zip(ys, highs, strict=True)]],
-                         fmt="o" if t == "cpu" else "s", color=color, mfc=color if t == "cpu" else "white", capsize=3,
-                         label=f"{RATIOS[k]}, {TIME[t]}")  # fmt: skip
+            offset, color = (i - (len(series) - 1) / 2) * 0.8 / len(series), COLORS[k.split("/")[1]]
+            for claimed in (True, False):  # a verdict of faster or slower in full colour, no difference claimed pale
+                sel = [(j, r) for j, r in pts if (r["verdict"] in ("faster", "slower")) == claimed]
+                if not sel and not claimed:
+                    continue
+                ys = [r["ratio"] for _, r in sel]
+                ax2.errorbar([j + offset for j, _ in sel], ys,
+                             yerr=[[y - r["ci95"][0] for y, (_, r) in zip(ys, sel, strict=True)],
+                                   [r["ci95"][1] - y for y, (_, r) in zip(ys, sel, strict=True)]],
+                             fmt="o" if t == "cpu" else "s", color=color, mfc=color if t == "cpu" else "white",
+                             capsize=3, alpha=1 if claimed else 0.35,
+                             label=f"{RATIOS[k]}, {TIME[t]}" if claimed else None)  # fmt: skip
         ax2.axhline(1, color="k", lw=0.8, ls="--")
         ax2.set_xticks(range(len(results)), list(results))
         ax2.set_xlim(ax.get_xlim())
         ax2.set_ylabel("ratio, 95% interval\n(below 1: ours faster)")
-        ax2.set_title("ours / the others")
+        ax2.set_title("ours / the others (pale: same or rounds disagree)")
         if series:
             legend_below(ax2, len(series), 2)
         else:
@@ -379,8 +399,8 @@ def _memory_page(d: dict[str, Any]) -> Page:
 
     def plot(plt: Any) -> Any:
         precisions = list(dict.fromkeys(r["precision"] for r in rows))
-        fig, axes = plt.subplots(1, len(precisions), figsize=(max(6.5, 2.6 * len(precisions)), 5.2), sharey=True,
-                                 squeeze=False)  # fmt: skip
+        wide = min(WIDTH, max(6.5, 2.6 * len(precisions)))
+        fig, axes = plt.subplots(1, len(precisions), figsize=(wide, 5.6), sharey=True, squeeze=False)
         for ax, precision in zip(axes[0], precisions, strict=True):
             sel = [r for r in rows if r["precision"] == precision]
             bottom = [0.0] * len(sel)
@@ -496,7 +516,7 @@ def _memory_real_page(d: dict[str, Any]) -> Page:
 
     def plot(plt: Any) -> Any:
         ok = [r for r in rows if not r["error"]]
-        fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * len(ok)))
+        fig, ax = plt.subplots(figsize=(WIDTH, 1.2 + 0.5 * len(ok)))
         labels = [f"{r['model']}, {SETUP_LABELS[r['setup']]}, {r['precision']}" for r in ok]
         ax.barh(range(len(ok)), [r["largest_gather_bytes"] / 2**20 for r in ok], color="C0")
         for i, r in enumerate(ok):
@@ -558,7 +578,7 @@ def _numerics_page(d: dict[str, Any]) -> Page:
 
     def plot(plt: Any) -> Any:
         backends = [b for b in ("fsdp", "deepspeed") if any(r["backend"] == b for r in rows)]
-        fig, axes = plt.subplots(len(backends), 1, figsize=(8, 5.2 * len(backends)), squeeze=False)
+        fig, axes = plt.subplots(len(backends), 1, figsize=(WIDTH, 5.2 * len(backends)), squeeze=False)
         for ax, backend in zip(axes[:, 0], backends, strict=True):
             ref = next((r for r in rows if r["name"] == f"{backend}:32-true"), None)
             runs = [r for r in rows if r["backend"] == backend and ref]
@@ -619,7 +639,7 @@ def _discovery_page(d: dict[str, Any]) -> Page:
     )  # fmt: skip
 
     def plot(plt: Any) -> Any:
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 8.5))
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(WIDTH, 8.5))
         labels = list(results["process_wall_s"])
         ax1.barh(range(len(labels)), [results["process_wall_s"][k]["0"]["median"] * 1e3 for k in labels])
         ax1.set_yticks(range(len(labels)), labels)
@@ -678,7 +698,7 @@ def _audit_page(d: dict[str, Any]) -> Page:
     )  # fmt: skip
 
     def plot(plt: Any) -> Any:
-        fig, grid = plt.subplots(1, len(results), figsize=(8, 4.4), squeeze=False, sharey=True)
+        fig, grid = plt.subplots(1, len(results), figsize=(WIDTH, 4.6), squeeze=False, sharey=True)
         axes = list(grid[0])
         for ax, backend in zip(axes, results, strict=True):
             for variant, style in (("audit", "-o"), ("plain", "--s")):
@@ -709,7 +729,7 @@ separate timings of the same models with 2 ranks are the per-step overhead pages
 def _measure_findings(d: dict[str, Any]) -> list[str]:
     out = []
     for model, r in d["results"].items():
-        out.append(f"{model}: picked {r['picked'] or 'nothing'}: {r['reason']} (table)")
+        out.append(f"{model}: picked {r['picked'] or 'nothing'}: {r['reason']} (table; chart, lower panels)")
         out.append(f"{model}: the search took {r['wall_s']:.0f} s for {len(r['candidates'])} candidates, "
                    f"{r['overhead_s']:.0f} s of it outside the fits (the line above the table)")  # fmt: skip
     return out
@@ -754,26 +774,33 @@ def _measure_page(d: dict[str, Any]) -> Page:
         parts.append(f"## {model}\n\n{config['descriptions'][model]}. Picked: **{r['picked'] or 'nothing'}**: "
                      f"{r['reason']}. The search took {r['wall_s']:.0f} s, {r['overhead_s']:.0f} s of it outside the "
                      "fits (process starts, imports, building the model).\n\n" + _measure_table(r))  # fmt: skip
-    specs = list(dict.fromkeys(c["spec"] for r in results.values() for c in r["candidates"] if c["step_ms"]))
+    ran = [c for r in results.values() for c in r["candidates"] if c["step_ms"] is not None]
+    specs = list(dict.fromkeys(c["spec"] for c in ran))
     color = {spec: f"C{i % 10}" for i, spec in enumerate(specs)}
 
-    def plot(plt: Any) -> Any:
-        fig, grid = plt.subplots(2, len(results), figsize=(5 * len(results), 8), squeeze=False)
+    def plot(plt: Any) -> Any:  # the bars in one order, named once on the left: every panel keeps its width
+        fig, grid = plt.subplots(2, len(results), figsize=(WIDTH, 8.5), squeeze=False)
         for col, (model, r) in enumerate(results.items()):
             curves, bars = grid[0][col], grid[1][col]
-            ran = [c for c in r["candidates"] if c["step_ms"] is not None]
-            for c in ran:
+            ran = {c["spec"]: c for c in r["candidates"] if c["step_ms"] is not None}
+            for c in ran.values():
                 losses = [x if isinstance(x, (int, float)) else float("nan") for x in c["losses"]]
                 curves.plot(range(1, len(losses) + 1), losses, lw=1.2, color=color[c["spec"]], label=c["spec"])
             curves.set_title(f"{model}: loss per step")
             curves.set_xlabel("step")
-            bars.barh([c["spec"] for c in ran], [c["step_ms"] for c in ran],
-                      color=["C2" if c["spec"] == r["picked"] else "C7" for c in ran])  # fmt: skip
-            bars.invert_yaxis()
-            bars.set_title(f"{model}: median ms per step (green: picked)")
+            at = [i for i, spec in enumerate(specs) if spec in ran]
+            ms = [ran[specs[i]]["step_ms"] for i in at]
+            bars.barh(at, ms, color=["C2" if specs[i] == r["picked"] else "C7" for i in at])
+            for i, x in zip(at, ms, strict=True):
+                bars.annotate(f"{x:.1f}", (x, i), xytext=(3, 0), textcoords="offset points", va="center")
+            bars.set_yticks(range(len(specs)), specs if col == 0 else [])
+            bars.set_ylim(len(specs) - 0.5, -0.5)
+            bars.margins(x=0.3)
+            bars.set_title(f"{model}: ms per step\n(median; green: picked)")
             bars.set_xlabel("ms per step")
         handles = [plt.Line2D([], [], color=color[s], lw=1.2, label=s) for s in specs]
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(3, max(1, len(specs))), frameon=False)
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(3, max(1, len(specs))), frameon=False,
+                   title="the upper panels' lines")  # fmt: skip
         return fig
 
     return "recommend --measure on real models", "\n\n".join(parts), plot
@@ -788,7 +815,7 @@ def _label(r: dict[str, Any]) -> str:
 
 def _gpu_findings(d: dict[str, Any]) -> list[str]:
     results = d["results"]
-    findings = [f"{k.replace('|', ' ')} ours/builtin = {fmt_ratio(r)} (step times: table and chart, upper panel)"
+    findings = [f"{k.replace('|', ' ')} ours/builtin = {fmt_ratio(r)} (main table; the step times: chart, upper panel)"
                 for k, e in results["fits"].items() if (r := e["ratios"].get("ours/builtin"))]  # fmt: skip
     return findings + [f"{_label(r)}: {r['tokens_per_s']:,.0f} tokens/s" + (f", {r['tokens_per_s_vs_bf16_mixed']:.3f}x "
                        "bf16-mixed" if r["tokens_per_s_vs_bf16_mixed"] else "") + " (chart, lower panel)"
@@ -841,7 +868,7 @@ def _gpu_page(d: dict[str, Any]) -> Page:
     )  # fmt: skip
 
     def plot(plt: Any) -> Any:
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 9))
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(WIDTH, 9))
         keys = list(results["fits"])
         for j, v in enumerate(("ours", "builtin")):
             xs = [i for i, k in enumerate(keys) if v in results["fits"][k]["variants"]]

@@ -192,14 +192,18 @@ def _reads_like_every_page(page: str) -> None:
     assert not [c for row in shown for c in row if "p20" in c], "p20 ratios are in the block below the table"
     if folded:
         assert '\n??? note "' in page, "the block the reader opens (pymdownx.details)"
-    explained = {"p20": "**p20**: the ratio of the 20th percentiles", "IQR": "**IQR**: the interquartile range",
-                 "rounds disagree": "**rounds disagree**: the interval is on one side of 1"}  # fmt: skip
-    for term, explanation in explained.items():
-        if term in page.replace(explanation, ""):
+    explained = {"p20": benchmark_pages.P20, "IQR": benchmark_pages.IQR, "rounds disagree": benchmark_pages.VERDICTS,
+                 "CPU time": benchmark_pages.CPU_TIME, "round": benchmark_pages.ROUND}  # fmt: skip
+    said = page
+    for explanation in explained.values():
+        assert page.count(explanation) <= 1, f"explained once a page: {explanation[:40]!r}"
+        said = said.replace(explanation, "")
+    for term, explanation in explained.items():  # "rounds disagree" uses "round" too
+        if re.search(rf"\b{term}s?\b", said):
             assert explanation in page, f"{term!r} is used and not explained"
     if any(RATIO_CELL.fullmatch(c) for row in shown + folded for c in row):
-        assert benchmark_pages.INTERVAL in page
-        assert benchmark_pages.VERDICTS in page
+        assert page.count(benchmark_pages.INTERVAL) == 1
+        assert page.count(benchmark_pages.VERDICTS) == 1
     assert not INTERNAL.findall(page)
 
 
@@ -312,6 +316,8 @@ def test_every_kind_of_page_reads_the_same_way(tmp_path: Path) -> None:
     pages["analysis"] = (tmp_path / "analysis.md").read_text()
     for page in pages.values():
         assert not INTERNAL.findall(page)
+    assert "rounds disagree |" in pages["index"]
+    _reads_like_every_page(pages["index"])  # "rounds disagree" in a cell: what a round is, explained above it
     memory = benchmark_pages.markdown(json.loads((tmp_path / "memory.json").read_text()))
     assert "| FSDP2 | bf16-mixed | 64.00 MiB | 32.00 MiB | 0.50 | 64.00 MiB | 64.00 MiB |" in memory
     assert "- FSDP2: tracked bytes per rank with 2 ranks / with 1 rank = 0.50 at every precision (main table" in memory
@@ -326,7 +332,7 @@ def test_every_kind_of_page_reads_the_same_way(tmp_path: Path) -> None:
     assert "| `fsdp:16-true` | diverged | 90.0 (81.0-99.0) | 3.00x |" in measured
     refused = "| `fsdp:fp8-tensorwise` | refused | - | - | - | - | - | - | Float8UnavailableError: needs a GPU (sm89) |"
     assert refused in measured
-    assert "- resnet: picked fsdp:32-true: the fastest of 2 candidate(s) (table)" in measured
+    assert "- resnet: picked fsdp:32-true: the fastest of 2 candidate(s) (table; chart, lower panels)" in measured
 
 
 def test_pages_and_summaries_use_the_findings_of_the_current_wording(tmp_path: Path) -> None:
@@ -391,32 +397,77 @@ def test_charts_are_saved_at_150_dpi_with_10_to_11_pt_text(tmp_path: Path, monke
     assert saved["closed"] is fig
 
 
-def _png_dpi(path: Path) -> float:
+def _png_size(path: Path) -> tuple[int, float]:
+    """A PNG's width in pixels (its IHDR chunk) and its resolution in dots per inch (its pHYs chunk)."""
     data = path.read_bytes()
+    assert data[12:16] == b"IHDR"
+    (width,) = struct.unpack(">I", data[16:20])
     at = data.index(b"pHYs")
     x, _y, unit = struct.unpack(">IIB", data[at + 4 : at + 13])
     assert unit == 1  # pixels per metre
-    return float(x) * 0.0254
+    return width, float(x) * 0.0254
 
 
-def test_every_chart_is_drawn_at_150_dpi_with_its_legends_below_the_data(tmp_path: Path) -> None:
-    """Where matplotlib is installed: each kind's chart as a PNG of at least 150 dpi, and every legend below the
-    axes it belongs to (or below them all), none over the data."""
+def test_every_chart_is_drawn_at_150_dpi_readable_at_page_width_with_its_legends_below_the_data(
+    tmp_path: Path,
+) -> None:
+    """Where matplotlib is installed: each kind's chart as a PNG of at least 150 dpi whose every text, tick labels
+    included, shows at 9 pt or more once the page scales the PNG to its text column, and every legend below the axes
+    it belongs to (or below them all), none over the data."""
     importlib.import_module("matplotlib").use("Agg")  # the tools session installs it: this test never skips
     plt: Any = importlib.import_module("matplotlib.pyplot")
+    text: Any = importlib.import_module("matplotlib.text").Text
 
     for d in _every_kind(tmp_path):
         _md, png = benchmark_pages.write(tmp_path, d["benchmark"])
-        assert _png_dpi(png) >= 150, d["benchmark"]
+        pixels, dpi = _png_size(png)
+        assert dpi >= 150, d["benchmark"]
         with plt.rc_context(benchmark_pages.FONTS):
             fig = benchmark_pages._kind(d)[1](d)[2](plt)
             fig.draw_without_rendering()
+            texts = [t for t in fig.findobj(text) if t.get_visible() and t.get_text().strip()]
+            assert any(t in ax.get_xticklabels() + ax.get_yticklabels() for ax in fig.axes for t in texts)
+            smallest = min(t.get_fontsize() for t in texts)
+            assert benchmark_pages.shown_pt(smallest, pixels / dpi, dpi) >= 9, (d["benchmark"], smallest, pixels)
             for ax in fig.axes:
                 if ax.get_legend():
                     assert ax.get_legend().get_window_extent().y1 <= ax.get_window_extent().y0, d["benchmark"]
             for legend in fig.legends:
                 assert legend.get_window_extent().y1 <= min(ax.get_window_extent().y0 for ax in fig.axes)
         plt.close(fig)
+
+
+def test_a_chart_shows_what_its_findings_say(tmp_path: Path) -> None:
+    """The overhead chart draws a ratio with a verdict (faster, slower: a finding) in full colour and one without
+    (same, rounds disagree) pale; the measure chart writes each candidate's ms per step at its bar."""
+    importlib.import_module("matplotlib").use("Agg")
+    plt: Any = importlib.import_module("matplotlib.pyplot")
+    kinds = {d["benchmark"]: d for d in _every_kind(tmp_path)}
+    overhead = kinds["overhead-fsdp"]
+    assert [f.split(" = ")[0] for f in overhead["findings"]] == ["fsdp:bf16-mixed ours/hand (wall time)",
+                                                                 "fsdp:bf16-mixed ours/hand (CPU time)"]  # fmt: skip
+    with plt.rc_context(benchmark_pages.FONTS):
+        fig = benchmark_pages._kind(overhead)[1](overhead)[2](plt)
+        ratios = fig.axes[1]
+        points = {(round(float(y), 2), line.get_alpha()) for line in ratios.lines if line.get_marker() in ("o", "s")
+                  for y in line.get_ydata()}  # fmt: skip
+        assert points == {(1.05, 1), (1.0, 0.35)}, "ours/hand slower: full colour; ours/builtin rounds disagree: pale"
+        assert "pale: same or rounds disagree" in ratios.get_title()
+        plt.close(fig)
+        measure = kinds["measure"]
+        fig = benchmark_pages._kind(measure)[1](measure)[2](plt)
+        bars = fig.axes[1]
+        assert [t.get_text() for t in bars.texts] == ["30.0", "75.0", "90.0"]
+        assert [t.get_text() for t in bars.get_yticklabels()] == ["fsdp:32-true", "fsdp:bf16-mixed", "fsdp:16-true"]
+        plt.close(fig)
+
+
+def test_text_on_a_chart_shows_smaller_once_the_page_scales_it_down() -> None:
+    shown = benchmark_pages.shown_pt
+    assert shown(10, benchmark_pages.WIDTH) == pytest.approx(10 * benchmark_pages.PAGE_PX / (96 * 7.5))
+    assert shown(10, benchmark_pages.WIDTH) >= 9.5
+    assert shown(10, 10.6, 100) < 7  # the old charts: 100 dpi, 10.6 in wide
+    assert shown(10, 4) == pytest.approx(10 * 150 / 96)  # 600 px: shown as is, one CSS px a pixel
 
 
 def test_a_small_loss_deviation_keeps_its_digits() -> None:

@@ -1,11 +1,14 @@
-"""tools/gpu_rehearsal.py's own logic (the rehearsal itself is ``nox -s gpu_kit_rehearsal``, in the ci tag): the
-venv's requirements from the rehearsal target, the node command's caps, and each problem it names."""
+"""tools/gpu_rehearsal.py's own logic (the rehearsals themselves are ``nox -s gpu_kit_rehearsal``, in the ci tag,
+and ``nox -s gpu_rehearsal``, nightly): the venvs' requirements from the targets, the node command's caps, and each
+problem it names."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tools import gpu_kit, gpu_rehearsal
 
@@ -82,3 +85,30 @@ def test_a_version_without_a_local_label_takes_any_build_of_that_release() -> No
     assert differences(target, [], {**have, "torch": "2.13.1+cpu"})[0] == (
         "difference: torch is 2.13.1+cpu here; t.toml says 2.13.0"
     )
+
+
+def test_the_nightly_rehearsal_installs_the_h200_targets_versions() -> None:
+    assert gpu_rehearsal.requirement("torch", gpu_rehearsal.H200) == "torch==2.11.0"
+    wanted = gpu_rehearsal.requirements(gpu_rehearsal.H200)
+    assert {"lightning==2.6.6", "transformers==5.17.0", "numpy==2.5.2"} <= set(wanted)
+    assert gpu_kit.load_target(gpu_rehearsal.H200).python_short == "3.12"
+
+
+def test_a_local_label_alone_is_a_note_not_a_problem(tmp_path: Path) -> None:
+    label = "difference: torch is 2.11.0 here; tools/gpu_targets/h200.toml says 2.11.0+cu130"
+    release = "difference: torch is 2.11.1 here; tools/gpu_targets/h200.toml says 2.11.0+cu130"
+    missing = "difference: hjson is not installed here; tools/gpu_targets/h200.toml says 3.1.0"
+    assert gpu_rehearsal.label_only(label)
+    assert not gpu_rehearsal.label_only(release)
+    assert not gpu_rehearsal.label_only(missing)
+    assert not gpu_rehearsal.label_only("difference: torch is 2.11.0+cu130 here; h200.toml says 2.11.0+cu130")
+    node, kit = _node(tmp_path, [label, release])
+    done = subprocess.CompletedProcess([], 0, "", "")
+    where = {"deepspeed": str(kit / "site" / "deepspeed" / "__init__.py")}
+    found = gpu_rehearsal.problems(node, kit, done, 20.0, tmp_path / "no-git", LISTING, where)
+    assert found == [f"the node saw a {release}"]
+
+
+def test_an_unknown_target_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_rehearsal.main(["--target", "nowhere", "out"]) == 2
+    assert "usage: python -m tools.gpu_rehearsal [--target NAME] OUT" in capsys.readouterr().err

@@ -56,9 +56,10 @@ def main() -> None:
         losses[-1] < losses[0],
     )
     fabric.print("loaded step", state["step"])
-    # close the process group before the script ends (torch's advice): a gloo group
-    # left open can abort a finished process at exit ("terminate called without an
-    # active exception")
+    # close the process group before the script ends, every process together (torch's
+    # advice): a gloo group left open can abort a finished process at exit
+    # ("terminate called without an active exception")
+    fabric.barrier()
     torch.distributed.destroy_process_group()
 
 

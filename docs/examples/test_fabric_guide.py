@@ -10,7 +10,8 @@ from test_guides import run_example
 
 @pytest.mark.slow
 def test_fabric_guide_example(tmp_path: Path) -> None:
-    out = run_example("fabric_guide.py", tmp_path)
+    # torch may abort a finished 2-process run at exit (test_guides.TEARDOWN_ABORT); what it printed decides
+    out = run_example("fabric_guide.py", tmp_path, teardown_abort_ok=True)
     assert (
         "fsdp:bf16-mixed ModelParallelStrategy parameters torch.float32 loss falls True"
         in out

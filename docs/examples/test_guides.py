@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,20 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
-def run_example(name: str, cwd: Path, *args: str, **extra_env: str) -> str:
+TEARDOWN_ABORT = "terminate called without an active exception"
+"""What torch's gloo prints when it aborts a finished multi-process run at interpreter exit (pytorch/pytorch#190489;
+seen here about once in 70 two-process runs, plain Lightning DDP included)."""
+
+
+def run_example(
+    name: str, cwd: Path, *args: str, teardown_abort_ok: bool = False, **extra_env: str
+) -> str:
     """Run ``docs/examples/<name>`` as a reader would (``python name ...`` in ``cwd``, the examples folder on the
-    path, DeepSpeed's ops not built) with ``extra_env`` added; its standard output, or a failure with its logs."""
+    path, DeepSpeed's ops not built) with ``extra_env`` added; its standard output, or a failure with its logs.
+
+    ``teardown_abort_ok``: a multi-process example whose process gloo aborts at exit (exit -6, its last words
+    :data:`TEARDOWN_ABORT`) after it has run is a warning, not a failure: the caller's assertions on the output still
+    decide. Any other exit, or an abort with other last words, fails."""
     env = {
         **os.environ,
         "PYTHONPATH": str(HERE),
@@ -31,6 +43,11 @@ def run_example(name: str, cwd: Path, *args: str, **extra_env: str) -> str:
         text=True,
         timeout=600,
     )
+    aborted = done.returncode == -6 and done.stderr.rstrip().endswith(TEARDOWN_ABORT)
+    if teardown_abort_ok and aborted:
+        said = f"{name}: gloo aborted the process at exit ({TEARDOWN_ABORT!r})"
+        warnings.warn(said, stacklevel=2)
+        return done.stdout
     assert done.returncode == 0, (
         f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )

@@ -6,6 +6,8 @@ and examples name); the contributors' pages come from mkdocs.yml's "Contributing
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tools.docgen import reference
@@ -46,3 +48,17 @@ def test_each_package_page_lists_what_users_import_before_the_internals() -> Non
     assert "[`precision_fsdp.sharding.units`]" in fsdp[internals:]
     nav = pages["SUMMARY.md"]
     assert nav.index("    * What users import") < nav.index("    * Internals")
+
+
+def test_every_reference_page_is_in_the_navigation_once() -> None:
+    """Grouping leaves no module behind: each generated page (a package's own page, each module's) is linked from
+    the section's navigation exactly once, and the navigation links no page that is not generated."""
+    pages = reference.pages()
+    nav = pages.pop("SUMMARY.md")
+    linked = re.findall(r"\]\(([\w.]+\.md)\)", nav)
+    assert sorted(linked) == sorted(pages)
+    for package in reference.sources():
+        if f"{package}.md" in pages and "What users import" in pages[f"{package}.md"]:
+            listing = pages[f"{package}.md"].split("## Modules", 1)[1]
+            modules = sorted(m[: -len(".md")] for m in pages if m.startswith(f"{package}.") and m != f"{package}.md")
+            assert sorted(re.findall(r"\]\(([\w.]+)\.md\)", listing)) == modules, package

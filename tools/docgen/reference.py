@@ -7,6 +7,11 @@ re-exported from a private module are documented where they are exported (the pr
 The navigation is ``reference/SUMMARY.md``, read by mkdocs-literate-nav (``- API reference: reference/``). Each
 package's modules come in two groups: those that define what the package itself exports or that the readers' pages
 and the examples name (what users import), then the rest (internals, for plugin authors and contributors).
+
+A class that takes the constructor of a class documenting its arguments (Fabric's ``FSDPPrecision`` and
+``DeepSpeedPrecision``, the ``*Impl`` classes) lists those arguments on its own page: the Griffe extension
+tools/docgen/class_arguments.py, which mkdocs.yml gives mkdocstrings, copies the ``Args:`` section when the
+package is loaded.
 """
 
 from __future__ import annotations

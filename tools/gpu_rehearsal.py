@@ -15,10 +15,10 @@ Python, ``python -m tools.gpu_rehearsal [--target NAME] OUT``:
 3. checks what the node would need (:func:`problems`): the command passed; no difference between the target file
    and what is installed, the kit included; deepspeed, torchao and every entry point of ``precision_base.plugins``
    found in the kit's ``--target`` folder; the plugins ``precision-plugins list`` shows as ok from there; the
-   command's caps and the dry run's own time within the node's 7 minutes; no call to git, nox or an index; the node
-   command at most 2,000 characters. A version that differs from the target's only in its local label (the
-   registry's ``torch 2.11.0`` for the node's ``2.11.0+cu130``: the registry has no such label) is a note, not a
-   problem;
+   command's caps and the dry run's own time within the node's 7 minutes; no call to git (but the target's own
+   checks, such as ``git --version``), nox or an index; the node command at most 2,000 characters. A version that
+   differs from the target's only in its local label (the registry's ``torch 2.11.0`` for the node's
+   ``2.11.0+cu130``: the registry has no such label) is a note, not a problem;
 4. runs the part of the GPU run a CPU can (:func:`cpu_part`, from the kit): the GPU run's imports, both of its models
    built (the ~1B fp8 model on the meta device), and the plan's first fit whose setup runs on a CPU, trained for two
    steps.
@@ -104,8 +104,9 @@ def cpu_part() -> list[str]:
 
 
 def problems(node_dir: Path, kit: Path, done: subprocess.CompletedProcess[str], wall_s: float, git_log: Path,
-             listing: str, locations: dict[str, str]) -> list[str]:  # fmt: skip
-    """What would stop the node run, one line each (see the module's docstring, step 3)."""
+             listing: str, locations: dict[str, str], checks: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+    """What would stop the node run, one line each (see the module's docstring, step 3). ``checks``: the target's
+    own check commands (``git --version``: the node says whether git is there), which may call git."""
     from tools.gpu_kit import NODE_RUN
 
     found = []
@@ -128,8 +129,9 @@ def problems(node_dir: Path, kit: Path, done: subprocess.CompletedProcess[str], 
     if total > NODE_BUDGET_S:
         found.append(f"the node run can take {total:.0f} s (caps {limits}, the dry run {wall_s:.0f} s): more than "
                      f"the node's {NODE_BUDGET_S} s")  # fmt: skip
-    if git_log.exists():
-        found.append(f"the node command called git: {git_log.read_text().strip()}")
+    asked = [line for line in git_log.read_text().splitlines() if line.strip()] if git_log.exists() else []
+    if calls := [line for line in asked if line not in checks]:
+        found.append(f"the node command called git: {'; '.join(calls)}")
     for word in ("nox ", "Looking in indexes", "Downloading "):
         if word in done.stdout + done.stderr:
             found.append(f"the node command's output has {word.strip()!r}: it reached for nox or an index")
@@ -171,7 +173,8 @@ def main(argv: list[str]) -> int:
     locations = json.loads(located.stdout.strip().splitlines()[-1]) if located.returncode == 0 else {}
     listing = subprocess.run([sys.executable, "-m", "precision_base.cli", "list"], env=site_env, capture_output=True,
                              text=True, cwd=out).stdout  # fmt: skip
-    found = problems(node_dir, kit, done, wall, git_log, listing, locations)
+    checks = tuple(tomllib.loads(target.read_text(encoding="utf-8")).get("checks", {}).values())
+    found = problems(node_dir, kit, done, wall, git_log, listing, locations, checks)
     if located.returncode != 0:
         found.append(f"importing from the kit failed: {located.stderr[-2000:]}")
     elif not any(name.startswith("entry point") for name in locations):

@@ -112,3 +112,15 @@ def test_a_local_label_alone_is_a_note_not_a_problem(tmp_path: Path) -> None:
 def test_an_unknown_target_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu_rehearsal.main(["--target", "nowhere", "out"]) == 2
     assert "usage: python -m tools.gpu_rehearsal [--target NAME] OUT" in capsys.readouterr().err
+
+
+def test_the_targets_own_git_check_is_not_a_call_to_git(tmp_path: Path) -> None:
+    node, kit = _node(tmp_path, [])
+    (tmp_path / "git-log").write_text("git --version\n")
+    done = subprocess.CompletedProcess([], 0, "", "")
+    where = {"deepspeed": str(kit / "site" / "deepspeed" / "__init__.py")}
+    checks = ("git --version", "cc --version")
+    assert gpu_rehearsal.problems(node, kit, done, 20.0, tmp_path / "git-log", LISTING, where, checks) == []
+    (tmp_path / "git-log").write_text("git --version\ngit rev-parse HEAD\n")
+    found = gpu_rehearsal.problems(node, kit, done, 20.0, tmp_path / "git-log", LISTING, where, checks)
+    assert found == ["the node command called git: git rev-parse HEAD"]

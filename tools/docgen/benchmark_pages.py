@@ -751,7 +751,7 @@ def _measure_table(r: dict[str, Any]) -> str:
                      f"{ms:.1f} ({c['step_ms_low']:.1f}-{c['step_ms_high']:.1f})" if ms is not None else "-",
                      f"{ms / ref['step_ms']:.2f}x" if ms is not None and ref and ref["step_ms"] else "-",
                      fmt_bytes(c["peak_bytes"]) if c["peak_bytes"] is not None else "-",
-                     fmt_bytes(c["tensor_bytes"]) if c.get("tensor_bytes") is not None else "-",
+                     fmt_bytes(c["tensor_bytes"]) if c["tensor_bytes"] is not None else "-",
                      _percent(c["loss_deviation"]),
                      {True: "ok", False: "mismatch", None: "-"}[c["audit_ok"]],
                      (c["reason"] or "").replace("[", "(").replace("]", ")")])  # fmt: skip
@@ -774,8 +774,7 @@ def _measure_page(d: dict[str, Any]) -> Page:
         parts.append(f"## {model}\n\n{config['descriptions'][model]}. Picked: **{r['picked'] or 'nothing'}**: "
                      f"{r['reason']}. The search took {r['wall_s']:.0f} s, {r['overhead_s']:.0f} s of it outside the "
                      "fits (process starts, imports, building the model).\n\n" + _measure_table(r))  # fmt: skip
-    ran = [c for r in results.values() for c in r["candidates"] if c["step_ms"] is not None]
-    specs = list(dict.fromkeys(c["spec"] for c in ran))
+    specs = list(dict.fromkeys(c["spec"] for r in results.values() for c in r["candidates"] if c["step_ms"]))
     color = {spec: f"C{i % 10}" for i, spec in enumerate(specs)}
 
     def plot(plt: Any) -> Any:  # the bars in one order, named once on the left: every panel keeps its width

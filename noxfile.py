@@ -124,7 +124,7 @@ def tools(session: nox.Session) -> None:
     # the GPU node's command, which installs with pip and imports the GPU run's report (tools/tests/test_gpu_node.py)
     session.install("pytest", "packaging", "build", "hatchling", "nox", "towncrier", "hatch", "uv", "matplotlib")
     session.install("scipy", "pip")
-    # precision-base alone (no torch): test_package_list_consumers reads the registry's PUBLISHED_DISTRIBUTIONS
+    # precision-base alone (no torch): test_package_list_consumers reads the published plugins its build wrote
     session.install(str(PACKAGES["precision_base"].path))
     session.run("python", "-m", "pytest", "tools/tests", "-q", "-p", "no:cacheprovider", *session.posargs)
     session.run("python", "tools/bench_freshness.py")

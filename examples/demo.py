@@ -46,7 +46,8 @@ def describe(spec: str) -> Any:
 
 def demo_backend(backend: str) -> list[str]:
     """Every precision of ``backend``: its table, then a 2-process training or the reason it cannot run here."""
-    from precision_testsupport.launch import LaunchError, run_ranks
+    from precision_base.errors import LaunchError
+    from precision_testsupport.launch import run_ranks
     from precision_testsupport.models import QUIET
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # the checks below: no "GPU available" lines

@@ -28,7 +28,7 @@ from lightning.fabric import seed_everything
 from torch.utils.data import DataLoader
 
 from precision_base import Fabric, PrecisionPluginWarning, Trainer
-from precision_base.cpu_half import CPU_FP16_EMULATED
+from precision_base.kit.cpu_half import CPU_FP16_EMULATED
 from precision_testsupport.launch import world_size
 from precision_testsupport.models import dtype_name, mlp, regression_data
 

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from _deepspeed_helpers import extensions_dir
 
+from precision_base.errors import LaunchError
 from precision_deepspeed import _compat
-from precision_testsupport.launch import LaunchError, run_ranks
+from precision_testsupport.launch import run_ranks
 
 pytestmark = [pytest.mark.slow, pytest.mark.nightly]  # nightly; the zoo slice trains ResNet by name on every change
 
@@ -120,7 +121,7 @@ def test_overflow_storm_stops_after_the_limit_and_warns_at_half(storms: dict[str
 
 def test_both_plugins_share_the_default_and_the_error() -> None:
     import precision_base
-    from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS
+    from precision_base.kit.overflow import DEFAULT_MAX_SKIPPED_STEPS
     from precision_deepspeed.errors import DeepSpeedOverflowStormError
     from precision_deepspeed.plugin import DeepSpeedPrecision
     from precision_fsdp import FSDPPrecision

@@ -20,7 +20,7 @@ from precision_base.errors import FabricNotSupportedError, WrongDoorError
 precision_fsdp = pytest.importorskip("precision_fsdp")
 precision_deepspeed = pytest.importorskip("precision_deepspeed")
 
-from precision_deepspeed.config import DeepSpeedConfigConflictError  # noqa: E402
+from precision_deepspeed.errors import DeepSpeedConfigConflictError  # noqa: E402
 from precision_deepspeed.fabric import DeepSpeedCPUStrategy  # noqa: E402
 from precision_fsdp.fabric import FSDP2Strategy  # noqa: E402
 

@@ -39,14 +39,14 @@ from torch import nn
 
 import precision_base
 from precision_base import PrecisionPluginError, PrecisionPluginWarning, TrainerConfigurationError, get_plugin_class
-from precision_base.door_table import Door
+from precision_base.doors.table import Door
 from precision_testsupport.launch import process_group
 
 precision_fsdp = pytest.importorskip("precision_fsdp")
 precision_deepspeed = pytest.importorskip("precision_deepspeed")
 
-from precision_deepspeed.config import DeepSpeedConfigConflictError  # noqa: E402
-from precision_deepspeed.keep_fp32 import KeepFP32Error as DeepSpeedKeepFP32Error  # noqa: E402
+from precision_deepspeed.errors import DeepSpeedConfigConflictError  # noqa: E402
+from precision_deepspeed.errors import KeepFP32Error as DeepSpeedKeepFP32Error  # noqa: E402
 from precision_fsdp.errors import Float8UnavailableError  # noqa: E402
 from precision_fsdp.errors import KeepFP32Error as FSDPKeepFP32Error  # noqa: E402
 
@@ -189,7 +189,7 @@ REFUSALS: list[Refusal] = [
     ),
     Refusal(
         "deepspeed-max-skipped-steps",
-        "precision_base.overflow.check_limit",
+        "precision_base.kit.overflow.check_limit",
         ValueError,
         build("deepspeed", "16-mixed", max_skipped_steps=0),
     ),
@@ -225,7 +225,7 @@ REFUSALS: list[Refusal] = [
     ),
     Refusal(
         "deepspeed-keep-fp32-bad-entry",
-        "precision_base.keep_fp32.KeepFP32",
+        "precision_base.kit.keep_fp32.KeepFP32",
         TypeError,
         build("deepspeed", "bf16-mixed", keep_fp32=[3]),
     ),
@@ -308,7 +308,7 @@ REFUSALS: list[Refusal] = [
     ),
     Refusal(
         "fsdp-keep-fp32-bad-entry",
-        "precision_base.keep_fp32.KeepFP32",
+        "precision_base.kit.keep_fp32.KeepFP32",
         TypeError,
         build("fsdp", "bf16-mixed", keep_fp32=[3]),
     ),
@@ -368,7 +368,7 @@ REFUSALS: list[Refusal] = [
     ),
     Refusal(
         "fsdp-max-skipped-steps",
-        "precision_base.overflow.check_limit",
+        "precision_base.kit.overflow.check_limit",
         ValueError,
         build("fsdp", "16-mixed", max_skipped_steps=0),
     ),

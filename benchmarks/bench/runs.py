@@ -27,7 +27,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import precision_base
-from precision_base.plugin_support import precision_dtype
+from precision_base.kit.plugin_support import precision_dtype
 from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
 from precision_fsdp import FSDP2Strategy
 from precision_testsupport import architectures

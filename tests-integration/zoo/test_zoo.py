@@ -30,7 +30,8 @@ from typing import Any
 
 import pytest
 
-from precision_testsupport.launch import LaunchError, run_ranks
+from precision_base.errors import LaunchError
+from precision_testsupport.launch import run_ranks
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # zoo_cases here, _deepspeed_helpers in tests-integration/

@@ -55,13 +55,23 @@ SPEC_CASES: list[object] = [
 ]
 
 
+def _declared_extras(backend: str) -> tuple[str, ...]:
+    """What ``resolve`` gives ``parse_spec``: the installed backend's extra precisions, for the hint."""
+    from precision_base import PrecisionPluginError, get_entry
+
+    try:
+        return get_entry(backend).extra_precisions
+    except PrecisionPluginError:
+        return ()
+
+
 def spec_errors() -> str:
     from precision_base import parse_spec
     from precision_base.spec import GRAMMAR
 
     rows = ["| input | error | message (*grammar*: the text above) |", "|---|---|---|"]
     for case in SPEC_CASES:
-        exc = raised(functools.partial(parse_spec, case))
+        exc = raised(functools.partial(parse_spec, case, extras_of=_declared_extras))
         if exc is None:
             rows.append(f"| `{case!r}` | accepted | `{parse_spec(case)}` |")
         else:

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from precision_base.casting import cast_floating, default_dtype  # noqa: E402
+from precision_base.kit.casting import cast_floating, default_dtype  # noqa: E402
 
 Pair = namedtuple("Pair", ["a", "b"])
 

@@ -97,6 +97,27 @@ def test_doctor_catches_an_info_module_or_package_importing_heavy_modules(
     assert reports["light"]["status"] == "ok"
 
 
+def test_doctor_counts_what_the_plugin_requires_that_is_built_on_torch_as_heavy(
+    site_registry: PluginSite, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No engine is named in precision-base: a backend's engine is heavy because the plugin requires it and it
+    requires torch; a light dependency of the plugin may be imported."""
+    site, tag = site_registry, site_registry.tag
+    for name, requires in ((f"engine_{tag}", ["torch>=2"]), (f"helper_{tag}", [])):
+        info = add_distribution(site.path, name.replace("_", "-"), files={f"{name}/__init__.py": ""}, requires=requires)
+        (info / "top_level.txt").write_text(name + "\n")
+    site.plugin(
+        "engined",
+        init=f"import engine_{tag}\nimport helper_{tag}\n",
+        requires=(f"engine-{tag}>=1", f"helper-{tag}"),
+    )
+    assert cli.main(["doctor", "--json"]) == 1
+    reports = {r["backend"]: r for r in json.loads(capsys.readouterr().out)["plugins"]}
+    assert reports["engined"]["problems"] == [
+        f"the package __init__ of engined (plug_engined_{tag}._info:INFO) imports engine_{tag}; import it lazily"
+    ]
+
+
 def test_show_json(dummy_registered: type, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["show", "dummy:bf16", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

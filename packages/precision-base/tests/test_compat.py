@@ -27,7 +27,7 @@ def test_parse_env_variables(namespace: str, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_caller_frames_are_the_calling_functions_innermost_first() -> None:
-    """``sys._getframe`` (CPython) behind the fence: what ``precision_base.doors.check_caller`` reads."""
+    """``sys._getframe`` (CPython) behind the fence: what ``precision_base.doors.identity.check_caller`` reads."""
 
     def inner() -> list[tuple[str, str]]:
         return _compat.caller_frames(0, 2)

@@ -1,12 +1,12 @@
-"""precision_base.cpu_half: what a plugin says once when it finds itself computing float16 on a CPU that emulates
+"""precision_base.kit.cpu_half: what a plugin says once when it finds itself computing float16 on a CPU that emulates
 float16, and the precision it names instead (the same answer as ``precision-plugins recommend``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from precision_base.cpu_half import CPU_FP16_EMULATED, cpu_half_warning
-from precision_base.recommend import MachineFacts, recommend
+from precision_base.kit.cpu_half import CPU_FP16_EMULATED, cpu_half_warning
+from precision_base.tune.recommend import MachineFacts, recommend
 
 
 @pytest.mark.parametrize(

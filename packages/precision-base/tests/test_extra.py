@@ -1,4 +1,4 @@
-"""``precision_base.extra``: an extra precision feature's names as data, and the no-op feature (pure Python)."""
+"""``precision_base.kit.extra``: an extra precision feature's names as data, and the no-op feature (pure Python)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from precision_base import PluginInfo
-from precision_base.extra import (
+from precision_base.kit.extra import (
     NO_FEATURE,
     ExtraPrecisionFeature,
     ExtraPrecisions,
@@ -66,6 +66,6 @@ def test_no_feature_stays_the_one_instance_through_pickle_and_copy() -> None:
 
 
 def test_importing_extra_imports_no_torch() -> None:
-    code = "import sys, precision_base.extra; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    code = "import sys, precision_base.kit.extra; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -62,7 +62,10 @@ def test_install_line_follows_where_the_distribution_came_from(
         ("fsdp:fp16", "(did you mean '16-mixed' (float16 autocast over float32 weights; '16-true' for float16"),
         ("fsdp:FP32", "(did you mean '32-true'?)"),
         ("fsdp:bfloat16", "(did you mean 'bf16-mixed' (bfloat16 autocast"),
-        ("fsdp:fp8", "(did you mean an extra precision of a backend, e.g. 'fp8-tensorwise' or 'fp8-rowwise'"),
+        (
+            "fsdp:fp8",
+            "(an extra precision is named '<format>-<recipe>'; 'precision-plugins list' shows each backend's)",
+        ),
         ("fsdp:torch.float16", "(did you mean '16-mixed'"),
     ],
 )
@@ -72,12 +75,34 @@ def test_near_miss_precision_names_get_a_suggestion(name: str, hint: str) -> Non
     assert f"unknown precision '{name.split(':')[1]}' {hint}" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("typed", "hint"),
+    [
+        ("fp4", "(did you mean one of the extra precisions this backend offers: 'fp4-block' or 'fp4-tile'?)"),
+        ("nvfp4", "(did you mean 'nvfp4-scaled', an extra precision this backend offers?)"),
+        ("fq4", "(did you mean one of the extra precisions this backend offers: 'fp4-block' or 'fp4-tile'?)"),
+        ("float4", "(did you mean one of the extra precisions this backend offers: 'fp4-block' or 'fp4-tile'?)"),
+        ("int8", "(an extra precision is named '<format>-<recipe>'; 'precision-plugins list' shows each backend's)"),
+        ("bf15-mixed", "(did you mean 'bf16-mixed'?)"),
+    ],
+)
+def test_a_bare_format_is_answered_with_the_backends_own_extra_precisions(typed: str, hint: str) -> None:
+    """No recipe is named in precision-base: the hint lists what the backend declares (here a made-up fp4 family)."""
+    declared = {"tpu": ("fp4-block", "fp4-tile", "nvfp4-scaled")}
+    with pytest.raises(InvalidSpecError) as info:
+        parse_spec(f"tpu:{typed}", extras_of=lambda backend: declared.get(backend, ()))
+    assert str(info.value).startswith(f"in 'tpu:{typed}': unknown precision '{typed}' {hint}; valid precisions are")
+    with pytest.raises(InvalidSpecError) as other:  # a backend without extra precisions: no such names offered
+        parse_spec(f"other:{typed}", extras_of=lambda backend: declared.get(backend, ()))
+    assert "this backend offers" not in str(other.value)
+
+
 def test_precision_extras_must_name_a_declared_extra_precision() -> None:
     from precision_base import InvalidPluginInfoError
 
     with pytest.raises(InvalidPluginInfoError, match=r"precision_extras names 'fp8-x', which is not one of"):
         PluginInfo(backend="b", precisions=("32-true",), plugin_class="m:C", precision_extras=(("fp8-x", "fp8"),))
-    with pytest.raises(InvalidPluginInfoError, match=r"'not an extra!' is not an extra name"):
+    with pytest.raises(InvalidPluginInfoError, match=r"'not an extra!' is not the name of an extra \(PEP 685"):
         PluginInfo(
             backend="b",
             precisions=("32-true",),

@@ -1,8 +1,8 @@
 """The Fabric conformance kit passes a sound Fabric class and fails each defect, run through pytester.
 
 The plugins under test are built from the dummy plugin's implementation mixin: a Trainer class and a Fabric class
-sharing it, each guarding ``convert_module`` with ``precision_base.doors.check_caller``; the defects drop the guard,
-build the "Fabric class" on a Trainer base, or declare no Fabric class at all.
+sharing it, each guarding ``convert_module`` with ``precision_base.doors.identity.check_caller``; the defects drop the
+guard, build the "Fabric class" on a Trainer base, or declare no Fabric class at all.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ PLUGINS = """
 import lightning.fabric as lf
 import lightning.pytorch as pl
 
-from precision_base.doors import check_caller
+from precision_base.doors.identity import check_caller
 from precision_testsupport.dummy_plugin import DummyPrecisionImpl
 
 

@@ -1,11 +1,11 @@
-"""``precision_base.fence``: the one ``Fenced`` shape both plugins' ``_compat`` use (pure Python, no torch)."""
+"""``precision_base.kit.fence``: the one ``Fenced`` shape both plugins' ``_compat`` use (pure Python, no torch)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from precision_base.fence import Fenced, fenced_problems, missing_params
+from precision_base.kit.fence import Fenced, fenced_problems, missing_params
 
 
 def _two(a: int, b: int, *, c: int = 0) -> None: ...
@@ -48,6 +48,6 @@ def test_missing_params_any_order() -> None:
 
 
 def test_importing_the_fence_imports_no_torch_nor_lightning() -> None:
-    code = "import sys, precision_base.fence; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    code = "import sys, precision_base.kit.fence; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,4 @@
-"""precision_base.keep_fp32: which modules ``keep_fp32`` names, and the float32 forward the plugins install."""
+"""precision_base.kit.keep_fp32: which modules ``keep_fp32`` names, and the float32 forward the plugins install."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from precision_base.keep_fp32 import KeepFP32, install_fp32_forward, is_kept, iter_kept
+from precision_base.kit.keep_fp32 import KeepFP32, install_fp32_forward, is_kept, iter_kept
 
 
 def _model() -> nn.Module:

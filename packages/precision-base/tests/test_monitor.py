@@ -11,7 +11,7 @@ import pytest
 import pytorch_lightning
 
 import precision_base
-from precision_base.monitor import PrecisionMonitorImpl
+from precision_base.callbacks.monitor import PrecisionMonitorImpl
 from precision_base.namespaces import for_namespace
 from precision_testsupport.models import QUIET, TinyRegressor
 

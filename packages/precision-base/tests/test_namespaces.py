@@ -138,7 +138,7 @@ def test_rebuilt_instance_unpickles_in_a_fresh_process() -> None:
 
 def test_the_helper_modules_import_nothing_heavy() -> None:
     code = (
-        "import sys, precision_base.namespaces, precision_base.plugin_support; "
+        "import sys, precision_base.namespaces, precision_base.kit.plugin_support; "
         "print([m for m in ('torch', 'lightning', 'pytorch_lightning') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,4 +1,5 @@
-"""precision_base.numerics: optimizer hyperparameters that are 0 in their parameters' dtype (real torch optimizers)."""
+"""precision_base.kit.numerics: optimizer hyperparameters that are 0 in their parameters' dtype (real torch
+optimizers)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import pytest
 import torch
 
 from precision_base import PrecisionPluginWarning
-from precision_base.numerics import underflow_message, underflowing_hyperparameters, warn_underflowing_hyperparameters
+from precision_base.kit.numerics import (
+    underflow_message,
+    underflowing_hyperparameters,
+    warn_underflowing_hyperparameters,
+)
 
 
 def _adam(dtype: torch.dtype, **kwargs: float) -> torch.optim.Optimizer:

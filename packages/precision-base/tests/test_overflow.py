@@ -1,4 +1,4 @@
-"""``precision_base.overflow``: the ``max_skipped_steps`` watch both plugins use (pure Python, no torch)."""
+"""``precision_base.kit.overflow``: the ``max_skipped_steps`` watch both plugins use (pure Python, no torch)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import precision_base
 from precision_base.errors import OverflowStormError
-from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowWatch, check_limit
+from precision_base.kit.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowWatch, check_limit
 
 
 def test_error_is_exported_and_a_runtime_error() -> None:
@@ -88,7 +88,7 @@ def test_importing_precision_base_stays_light() -> None:
 
 
 def test_after_scaled_step_counts_a_fallen_scale_and_stats_report_it() -> None:
-    from precision_base.overflow import skipped_stats
+    from precision_base.kit.overflow import skipped_stats
 
     watch = OverflowWatch(10)
     watch.after_scaled_step(1024.0, 1024.0, "fsdp:16-mixed")

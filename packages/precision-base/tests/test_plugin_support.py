@@ -1,4 +1,4 @@
-"""precision_base.plugin_support and the helpers the PrecisionPlugin mixin gives every plugin."""
+"""precision_base.kit.plugin_support and the helpers the PrecisionPlugin mixin gives every plugin."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import lightning.fabric  # noqa: E402
 import torch  # noqa: E402
 
 from precision_base import PRECISIONS, PrecisionPlugin, TrainerConfigurationError  # noqa: E402
-from precision_base.casting import default_dtype  # noqa: E402
 from precision_base.errors import UnsupportedPrecisionError  # noqa: E402
-from precision_base.plugin_support import (  # noqa: E402
+from precision_base.kit.casting import default_dtype  # noqa: E402
+from precision_base.kit.plugin_support import (  # noqa: E402
     PRECISION_DTYPE_NAMES,
     precision_dtype,
     registered_strategy_class,

@@ -1,7 +1,7 @@
 """``precision-plugins recommend``: the suggestion for machines described by injected facts, and the command here.
 
 The facts carry what the two plugins of this repository declare (their ``PluginInfo``: preference, each extra
-precision's GPU and trade-off), as [`read_machine`][precision_base.recommend.read_machine] reads it; the last tests
+precision's GPU and trade-off), as [`read_machine`][precision_base.tune.recommend.read_machine] reads it; the last tests
 register a fake fourth backend with a recipe of its own and get it judged with no change to precision-base."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 
 from precision_base import PluginInfo
 from precision_base.cli import main
-from precision_base.recommend import MachineFacts, Recommendation, read_machine, recommend
 from precision_base.registry import registered
 from precision_base.spec import PRECISIONS
+from precision_base.tune.recommend import MachineFacts, Recommendation, read_machine, recommend
 
 FSDP_EXTRAS = ("fp8-tensorwise", "fp8-rowwise", "mxfp8-rceil")
 FSDP = (*PRECISIONS, *FSDP_EXTRAS)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from precision_base import PrecisionScheduleError
-from precision_base.schedule import PrecisionSchedule, parse, resolve
+from precision_base.callbacks.schedule import PrecisionSchedule, parse, resolve
 from precision_base.spec import PluginSpec
 
 EXAMPLE = '{0: "fsdp:bf16-mixed", 0.9: "fsdp:32-true"}'

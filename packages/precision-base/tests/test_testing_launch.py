@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from precision_testsupport.launch import LaunchError, process_group, run_ranks
+from precision_base.errors import LaunchError
+from precision_testsupport.launch import process_group, run_ranks
 
 torch = pytest.importorskip("torch")
 

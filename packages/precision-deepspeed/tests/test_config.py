@@ -8,13 +8,13 @@ import pytest
 
 from precision_base import PRECISIONS, TrainerConfigurationError
 from precision_deepspeed.config import (
-    DeepSpeedConfigConflictError,
     LossScaling,
     apply_gradient_clipping,
     merge_precision_section,
     render_precision_section,
     write_into_config,
 )
+from precision_deepspeed.errors import DeepSpeedConfigConflictError
 
 
 def test_fp16_section_carries_every_loss_scaling_knob() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 import precision_base
 from precision_base._compat import cpu_native_half
-from precision_base.cpu_half import CPU_FP16_EMULATED
+from precision_base.kit.cpu_half import CPU_FP16_EMULATED
 
 
 @pytest.mark.skipif(cpu_native_half()[1], reason="this CPU computes float16 natively (AMX-FP16): nothing to say")

@@ -15,8 +15,8 @@ from torch import nn
 import precision_base
 from precision_base.cli import main
 from precision_deepspeed import DeepSpeedPrecision
+from precision_deepspeed.errors import KeepFP32Error
 from precision_deepspeed.implementation import deepspeed_has_torch_autocast
-from precision_deepspeed.keep_fp32 import KeepFP32Error
 
 needs_autocast = pytest.mark.skipif(
     not deepspeed_has_torch_autocast(), reason="the installed DeepSpeed has no torch_autocast config section"

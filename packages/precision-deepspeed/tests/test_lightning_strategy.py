@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 
 from precision_base.namespaces import for_namespace
 from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision, _compat
-from precision_deepspeed.config import DeepSpeedConfigConflictError
+from precision_deepspeed.errors import DeepSpeedConfigConflictError
 from precision_deepspeed.implementation import deepspeed_has_torch_autocast
 
 NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
@@ -214,7 +214,7 @@ def test_throughput_monitor_sees_the_compute_dtype(
     The lookup (``get_available_flops``) is wrapped to record the dtype it is asked for and still runs; on a CPU it
     answers ``None`` for every dtype, so the dtype is only visible as its argument.
     """
-    from precision_base.plugin_support import precision_dtype
+    from precision_base.kit.plugin_support import precision_dtype
 
     precision, options = case
     pl = _lightning(namespace)

@@ -20,10 +20,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import precision_base
 from precision_deepspeed import DeepSpeedCPUStrategy, DeepSpeedPrecision
-from precision_deepspeed.config import DeepSpeedConfigConflictError
 from precision_deepspeed.errors import (
     LIGHTNING_BACKWARD_WARNING,
     LIGHTNING_SKIPPED_BACKWARD_ERROR,
+    DeepSpeedConfigConflictError,
     DeepSpeedPrecisionError,
 )
 from precision_deepspeed.implementation import deepspeed_has_torch_autocast
@@ -310,7 +310,7 @@ class Validates(Tiny):
 
 @pytest.mark.slow
 def test_checkpoint_of_another_precision_resumes_no_training_but_evaluates(tmp_path: Any) -> None:
-    from precision_deepspeed.resume import CheckpointPrecisionError
+    from precision_deepspeed.errors import CheckpointPrecisionError
 
     data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
     ckpt = str(tmp_path / "bf16.ckpt")
@@ -336,7 +336,7 @@ def test_max_skipped_steps_must_be_a_positive_integer(bad: Any) -> None:
 
 
 def test_max_skipped_steps_defaults_to_the_shared_limit() -> None:
-    from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS
+    from precision_base.kit.overflow import DEFAULT_MAX_SKIPPED_STEPS
 
     assert DEFAULT_MAX_SKIPPED_STEPS == 50
     assert DeepSpeedPrecision("bf16-mixed").max_skipped_steps == 50

@@ -13,8 +13,9 @@ import torch
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision as LightningDeepSpeedPrecision
 
 from precision_deepspeed import DeepSpeedPrecision
+from precision_deepspeed.errors import CheckpointPrecisionError
 from precision_deepspeed.implementation import deepspeed_has_torch_autocast
-from precision_deepspeed.resume import CheckpointPrecisionError, engine_mode, saved_precision
+from precision_deepspeed.resume import engine_mode, saved_precision
 
 
 def test_engine_modes() -> None:

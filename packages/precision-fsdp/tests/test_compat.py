@@ -16,7 +16,7 @@ PACKAGE = Path(_compat.__file__).parent.parent  # _compat is a package inside pr
 
 @pytest.mark.parametrize("fenced", _compat.FENCED, ids=lambda f: f.where)
 def test_fenced_symbol_is_as_expected(fenced: _compat.Fenced) -> None:
-    problem = fenced.problem()  # precision_base.fence: "<module.name>: <what changed>; needed for: <why>"
+    problem = fenced.problem()  # precision_base.kit.fence: "<module.name>: <what changed>; needed for: <why>"
     if problem is not None:
         pytest.fail(problem, pytrace=False)
 

@@ -11,7 +11,7 @@ import torch
 
 import precision_base
 from precision_base._compat import cpu_native_half
-from precision_base.cpu_half import CPU_FP16_EMULATED
+from precision_base.kit.cpu_half import CPU_FP16_EMULATED
 from precision_testsupport.models import QUIET, TinyRegressor, mlp
 
 pytestmark = pytest.mark.skipif(

@@ -4,7 +4,7 @@ through them: precision-base names no backend or recipe, so these facts reach it
 from __future__ import annotations
 
 from precision_base.audit.compare import declares_float8
-from precision_base.recommend import read_machine
+from precision_base.tune.recommend import read_machine
 
 
 class _Plugin:

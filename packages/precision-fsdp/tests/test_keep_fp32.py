@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import precision_base
-from precision_base.keep_fp32 import KeepFP32
+from precision_base.kit.keep_fp32 import KeepFP32
 from precision_fsdp import FSDPPrecision
 from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_fsdp.errors import KeepFP32Error

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from precision_base.keep_fp32 import KeepFP32, has_float_running_stats, hf_keep_in_fp32
+from precision_base.kit.keep_fp32 import KeepFP32, has_float_running_stats, hf_keep_in_fp32
 from precision_fsdp import FSDPPrecision
 from precision_fsdp._compat import FSDPModule, fsdp2_cpu_problem
 from precision_testsupport.launch import process_group

@@ -9,7 +9,7 @@ import torch
 
 import precision_base
 from precision_base import PrecisionPluginWarning
-from precision_base.cpu_half import CPU_FP16_EMULATED
+from precision_base.kit.cpu_half import CPU_FP16_EMULATED
 from precision_fsdp._compat import fsdp2_cpu_problem
 from precision_testsupport.models import QUIET, TinyRegressor
 

@@ -190,7 +190,7 @@ def test_ddp_is_refused_naming_what_to_pass() -> None:
 
 @pytest.mark.parametrize("accelerator", ["cpu", "gpu", "cuda", "auto"])
 def test_auto_becomes_fsdp2_strategy_on_every_accelerator(accelerator: str) -> None:
-    from precision_base.plugin_support import uses_cpu
+    from precision_base.kit.plugin_support import uses_cpu
     from precision_fsdp._compat import fsdp2_cpu_problem
 
     problem = fsdp2_cpu_problem() if uses_cpu(accelerator) else None

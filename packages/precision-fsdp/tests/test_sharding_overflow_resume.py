@@ -11,7 +11,7 @@ import torch
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy, size_based_auto_wrap_policy
 
 from precision_base.errors import OverflowStormError
-from precision_base.overflow import OverflowWatch
+from precision_base.kit.overflow import OverflowWatch
 from precision_fsdp import FSDP2Strategy
 from precision_fsdp.errors import PrecisionChangeError
 from precision_fsdp.resume import changes, message, saved_precision

@@ -12,7 +12,7 @@ plugin's loss scale and skipped steps), and [`PrecisionAudit`][precision_base.Pr
 [`audit_fabric_steps`][precision_base.audit_fabric_steps] (the runtime
 precision audit, [`precision_base.audit`][]), and [`PrecisionSchedule`][precision_base.PrecisionSchedule] /
 [`PrecisionScheduleError`][precision_base.PrecisionScheduleError]
-(precision that changes during a run, [`precision_base.schedule`][]).
+(precision that changes during a run, [`precision_base.callbacks.schedule`][]).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from precision_base.errors import (
     UnknownBackendError,
     UnsupportedPrecisionError,
 )
-from precision_base.lazy import lazy_exports
+from precision_base.kit.lazy import lazy_exports
 from precision_base.registry import (
     clear_cache,
     get_entry,
@@ -58,12 +58,12 @@ from precision_base.spec import PRECISIONS, PluginSpec, normalize_precision, par
 
 if TYPE_CHECKING:
     from precision_base.audit import PrecisionAudit, audit_fabric_steps
+    from precision_base.callbacks.monitor import PrecisionMonitor
+    from precision_base.callbacks.schedule import PrecisionSchedule
     from precision_base.doors.fabric import PrecisionPluginFabricMixin, prepare_fabric_kwargs, resolve_fabric
+    from precision_base.doors.fabric_class import Fabric
     from precision_base.doors.trainer import PrecisionPluginTrainerMixin, prepare_trainer_kwargs
-    from precision_base.fabric_class import Fabric
-    from precision_base.monitor import PrecisionMonitor
-    from precision_base.schedule import PrecisionSchedule
-    from precision_base.trainer import Trainer
+    from precision_base.doors.trainer_class import Trainer
     from precision_base.tune import tune_precision
 
 __all__ = [
@@ -122,17 +122,17 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "Trainer": "precision_base.trainer",
+        "Trainer": "precision_base.doors.trainer_class",
         "PrecisionPluginTrainerMixin": "precision_base.doors.trainer",
         "prepare_trainer_kwargs": "precision_base.doors.trainer",
-        "Fabric": "precision_base.fabric_class",
+        "Fabric": "precision_base.doors.fabric_class",
         "PrecisionPluginFabricMixin": "precision_base.doors.fabric",
         "prepare_fabric_kwargs": "precision_base.doors.fabric",
         "resolve_fabric": "precision_base.doors.fabric",
-        "PrecisionMonitor": "precision_base.monitor",
+        "PrecisionMonitor": "precision_base.callbacks.monitor",
         "PrecisionAudit": "precision_base.audit",
         "audit_fabric_steps": "precision_base.audit",
-        "PrecisionSchedule": "precision_base.schedule",
+        "PrecisionSchedule": "precision_base.callbacks.schedule",
         "tune_precision": "precision_base.tune",
     },
 )

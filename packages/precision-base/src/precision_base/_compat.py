@@ -67,7 +67,7 @@ def caller_frames(skip: int, limit: int) -> list[tuple[str, str]]:
     the caller of this function (``skip=0``: that caller itself), innermost first.
 
     Private in CPython: ``sys._getframe`` (implementation-specific; where it is missing, or the stack is shorter
-    than ``skip``, the answer is ``[]``). Used by [`precision_base.doors.check_caller`][] to tell which door's
+    than ``skip``, the answer is ``[]``). Used by [`precision_base.doors.identity.check_caller`][] to tell which door's
     Lightning code calls into a plugin.
     """
     import sys

@@ -4,11 +4,12 @@
 [`precision_base.registry`][]). ``show`` and ``doctor`` import the plugins they inspect.
 
 ``recommend`` prints the plugin name to train with on this machine, one line of reason per choice, the other names
-that run here and those ruled out ([`precision_base.recommend`][]); it exits 1 when no installed backend can train.
+that run here and those ruled out ([`precision_base.tune.recommend`][]); it exits 1 when no installed backend can train.
 
 Exit codes: 0 when every plugin is ``ok`` or ``disabled``; 1 when ``list`` or ``doctor`` finds a plugin in any
 other status (``doctor`` also for a name in ``PRECISION_PLUGINS_DISABLE`` that matches no backend, and for an info
-module or package ``__init__`` that imports torch, Lightning or DeepSpeed); 2 for bad input (``show``).
+module or package ``__init__`` that imports torch, Lightning or what the plugin requires that is built on torch);
+2 for bad input (``show``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from precision_base.__about__ import __version__
 from precision_base.errors import PluginRequirementError, PrecisionPluginError
 from precision_base.registry import default_registry, get_entry, list_plugins, resolve
 from precision_base.registry.discovery import DISABLE_ENV_VAR, ENTRY_POINT_GROUP, IN_PROCESS
-from precision_base.registry.statuses import PluginEntry, broken_extras
+from precision_base.registry.statuses import PluginEntry, broken_extras, published_distributions
 from precision_base.tune import command as tune_command
 
 ACCEPTED = ("ok", "disabled")
@@ -106,9 +107,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"precision-plugins: warning: {note}", file=sys.stderr)
         return 1 if failed else 0
     if not entries:
-        print(
-            f"no precision plugins installed (entry-point group {ENTRY_POINT_GROUP!r}); try: pip install precision-fsdp"
-        )
+        dists = list(published_distributions().values())
+        hint = "; try: " + " or ".join(f"pip install {d}" for d in dists) if dists else ""
+        print(f"no precision plugins installed (entry-point group {ENTRY_POINT_GROUP!r}){hint}")
     else:
         header = ["BACKEND", "DISTRIBUTION", "VERSION", "PRECISIONS", "STATUS", "SUMMARY"]
         rows = [[e.backend, _distribution(e), e.version, _precision_cell(e), e.status, e.summary] for e in entries]
@@ -179,8 +180,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    """Print the plugin name [`precision_base.recommend.recommend`][] suggests for this machine (exit 1: none)."""
-    from precision_base.recommend import read_machine, recommend
+    """Print the plugin name [`precision_base.tune.recommend.recommend`][] suggests for this machine (exit 1: none)."""
+    from precision_base.tune.recommend import read_machine, recommend
 
     if args.measure:
         return tune_command.run(args)
@@ -210,10 +211,11 @@ def _doctor_entry(entry: PluginEntry, check_imports: bool) -> dict[str, Any]:
         if precision in missing:
             report["problems"].append(f"{spec} is marked unavailable ({missing[precision]}) but resolves")
     if check_imports and entry.entry_point:
-        from precision_base.import_check import heavy_imports
+        from precision_base.registry.import_check import heavy_imports
 
         module, _, attr = entry.entry_point.partition(":")
-        report["problems"] += heavy_imports(module, attr.strip()).problems(f"{entry.backend} ({entry.entry_point})")
+        found = heavy_imports(module, attr.strip(), distribution=entry.distribution)
+        report["problems"] += found.problems(f"{entry.backend} ({entry.entry_point})")
     if report["problems"]:
         report["status"] = "broken"
     return report

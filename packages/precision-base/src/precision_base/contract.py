@@ -195,7 +195,9 @@ def _precision_extras_problems(info: PluginInfo) -> list[str]:
                 f"precision_extras names {precision!r}, which is not one of extra_precisions {tuple(declared)}"
             )
         if not isinstance(extra, str) or not _EXTRA_NAME_RE.match(extra):
-            problems.append(f"precision_extras: {extra!r} is not an extra name such as 'fp8'")
+            problems.append(
+                f"precision_extras: {extra!r} is not the name of an extra (PEP 685: letters, digits, '.', '_' and '-')"
+            )
     imports = getattr(info, "extra_imports", ())
     if not isinstance(imports, tuple) or not all(
         isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], tuple) and all(isinstance(m, str) for m in e[1])
@@ -352,7 +354,7 @@ class PrecisionPlugin:
         default); other values come back unchanged."""
         import torch
 
-        from precision_base.casting import cast_floating
+        from precision_base.kit.casting import cast_floating
 
         return cast_floating(data, torch.get_default_dtype())
 
@@ -362,11 +364,11 @@ class PrecisionPlugin:
         Plugins learn this themselves when Lightning connects them to a model; tests and custom loops call it.
 
         Warns (once per plugin, rank 0): a float16 precision set to compute on a CPU that only emulates float16
-        ([`precision_base.cpu_half`][]), naming the precision to use there instead.
+        ([`precision_base.kit.cpu_half`][]), naming the precision to use there instead.
         """
         self._device_type = device if isinstance(device, str) else device.type
         if self._device_type == "cpu":
-            from precision_base.cpu_half import warn_once_on_cpu
+            from precision_base.kit.cpu_half import warn_once_on_cpu
 
             warn_once_on_cpu(self)
 
@@ -401,11 +403,11 @@ class PrecisionPlugin:
     def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
         """Numbers about the numerics of training so far, for [`precision_base.PrecisionMonitor`][] to log.
 
-        Optional: the default reports nothing (and the monitor then logs nothing). Keys a plugin may report, each
-        only where it knows it (see [`precision_base.monitor.STAT_KEYS`][]): ``"loss_scale"`` (the current loss
+        Optional: the default reports nothing (and the monitor then logs nothing). Keys a plugin may report, each only
+        where it knows it (see [`precision_base.callbacks.monitor.STAT_KEYS`][]): ``"loss_scale"`` (the current loss
         scale), ``"skipped_steps"`` (optimizer steps skipped for inf/NaN gradients, cumulative),
-        ``"nonfinite_grad_steps"`` (steps whose gradients held inf/NaN, cumulative) and ``"grad_norm"`` (the
-        unscaled global gradient norm of the last step, where the plugin computed it anyway, e.g. for clipping).
+        ``"nonfinite_grad_steps"`` (steps whose gradients held inf/NaN, cumulative) and ``"grad_norm"`` (the unscaled
+        global gradient norm of the last step, where the plugin computed it anyway, e.g. for clipping).
 
         Args:
             strategy: the Lightning strategy running the plugin (the monitor passes ``trainer.strategy``), for

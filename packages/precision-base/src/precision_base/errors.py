@@ -4,6 +4,8 @@ All of them derive from [`PrecisionPluginError`][precision_base.errors.Precision
 the builtin a caller would
 naturally catch (``ValueError`` for bad input, ``LookupError`` for a missing backend, ``ImportError`` for a
 plugin that cannot be loaded), so ``except ValueError`` keeps working for code written against Lightning.
+The one exception is [`LaunchError`][precision_base.errors.LaunchError], raised by the conformance kit's launcher
+([`precision_base.testing.ranks`][]), a plain ``RuntimeError``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from precision_base.door_table import Door
+    from precision_base.doors.table import Door
 
 MAX_SHOWN = 80
 """The most characters of a user's input that an error message repeats (longer input is shortened)."""
@@ -167,3 +169,7 @@ class TuneTargetError(PrecisionPluginError, ValueError):
 
 class NoGradientWarning(PrecisionPluginWarning):
     """After a backward, no trainable parameter of the optimizers has a gradient: the step changes nothing."""
+
+
+class LaunchError(RuntimeError):
+    """A rank failed, timed out or wrote no result; the message carries the tail of every rank's log."""

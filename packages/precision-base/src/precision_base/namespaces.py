@@ -27,10 +27,10 @@ import threading
 import types
 from typing import Any, Final, Optional
 
-from precision_base.door_table import DOORS, Door, door_of_namespace
+from precision_base.doors.table import DOORS, Door, door_of_namespace
 
 NAMESPACES: Final[tuple[str, ...]] = DOORS["Trainer"].namespaces
-"""The Trainer namespaces a plugin class can be built for (from [`DOORS`][precision_base.door_table.DOORS])."""
+"""The Trainer namespaces a plugin class can be built for (from [`DOORS`][precision_base.doors.table.DOORS])."""
 
 FABRIC_NAMESPACES: Final[tuple[str, ...]] = DOORS["Fabric"].namespaces
 """Fabric's two namespaces, recognised by [`namespace_of`][precision_base.namespaces.namespace_of]."""
@@ -102,10 +102,10 @@ def _counterpart(base: type, namespace: str) -> type:
         # not a Lightning class itself: rebuild it too if Lightning classes sit under it, else keep it
         has_lightning = any(_translated_module(k.__module__, namespace) is not None for k in base.__mro__)
         return for_namespace(base, namespace) if has_lightning else base
-    from precision_base.registry.loading import load_class
+    import pkgutil
 
     try:
-        obj: Any = load_class(f"{target_module}:{base.__qualname__}")
+        obj: Any = pkgutil.resolve_name(f"{target_module}:{base.__qualname__}")
     except AttributeError:
         raise TypeError(
             f"cannot build {base.__module__}.{base.__qualname__} for {namespace}: {target_module} has no "

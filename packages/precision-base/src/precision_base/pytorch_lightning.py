@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytorch_lightning as pl
 
 from precision_base.audit import PrecisionAudit as _PrecisionAudit
+from precision_base.callbacks.monitor import PrecisionMonitor as _PrecisionMonitor
+from precision_base.callbacks.schedule import PrecisionSchedule as _PrecisionSchedule
 from precision_base.doors.trainer import PrecisionPluginTrainerMixin
-from precision_base.monitor import PrecisionMonitor as _PrecisionMonitor
 from precision_base.namespaces import for_namespace
-from precision_base.schedule import PrecisionSchedule as _PrecisionSchedule
 
 
 class Trainer(PrecisionPluginTrainerMixin, pl.Trainer):

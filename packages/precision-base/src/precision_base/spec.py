@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, Union
+from typing import Final, Literal, Optional, Union
 
 from precision_base.errors import InvalidSpecError, SpecTypeError, describe, shorten
 
@@ -40,7 +41,7 @@ MAX_EXTRA_PRECISION_LENGTH: Final = 64
 EXTRA_PRECISION_RULE: Final[str] = (
     "an extra precision (beyond Lightning's five) is named '<format>-<recipe>': lowercase letters, digits, '_' and "
     "'-', starting with a letter, at most 64 characters, not ending in '-true' or '-mixed' and not close to one of "
-    "the five names (e.g. 'fp8-tensorwise'); only plugins that declare it in PluginInfo.extra_precisions offer it"
+    "the five names; only plugins that declare it in PluginInfo.extra_precisions offer it"
 )
 """The naming rule for a plugin's extra precisions (e.g. FP8 recipes); see
 [`is_extra_precision_name`][precision_base.spec.is_extra_precision_name]."""
@@ -59,7 +60,7 @@ def is_extra_precision_name(text: object) -> bool:
 GRAMMAR: Final[str] = (
     'expected "<backend>:<precision>", e.g. "fsdp:bf16-mixed", where <backend> is a lowercase plugin name '
     "([a-z][a-z0-9_-]*) and <precision> is one of " + ", ".join(PRECISIONS) + ' (or Lightning\'s aliases "32", '
-    '"16", "bf16"), or an extra precision that backend declares, named "<format>-<recipe>" (e.g. "fp8-tensorwise")'
+    '"16", "bf16"), or an extra precision that backend declares, named "<format>-<recipe>"'
 )
 
 
@@ -86,15 +87,14 @@ NEAR_MISSES: Final[dict[str, str]] = {
     "fp32": "'32-true'",
     "float32": "'32-true'",
     "full": "'32-true'",
-    "fp8": "an extra precision of a backend, e.g. 'fp8-tensorwise' or 'fp8-rowwise' ('precision-plugins list' shows "
-    "each backend's)",
-    "float8": "an extra precision of a backend, e.g. 'fp8-tensorwise' or 'fp8-rowwise' ('precision-plugins list' "
-    "shows each backend's)",
 }
 """Precision names from other tools (PyTorch dtypes, DeepSpeed and Accelerate spellings) and what to write instead."""
 
 
-def _suggest_precision(text: str) -> str:
+_FORMAT_RE: Final = re.compile(r"[a-z][a-z0-9]*\Z")  # a bare number format such as a user types alone
+
+
+def _suggest_precision(text: str, extras: Sequence[str] = ()) -> str:
     if len(text) > _SUGGEST_LIMIT:
         return ""
     lowered = text.lower()
@@ -103,8 +103,25 @@ def _suggest_precision(text: str) -> str:
     near = NEAR_MISSES.get(lowered.replace("_", "").removeprefix("torch."))
     if near is not None:
         return f" (did you mean {near}?)"
+    spelled = {lowered, lowered.replace("float", "fp", 1)}  # "float8" is how torch spells the format "fp8"
+    formats = [name for name in extras if name.split("-")[0] in spelled] or [
+        name for name in extras if difflib.get_close_matches(lowered, [name.split("-")[0]], cutoff=0.6)
+    ]
+    if formats:  # the format of an extra precision the backend declares, without its recipe
+        if len(formats) == 1:
+            return f" (did you mean {formats[0]!r}, an extra precision this backend offers?)"
+        return f" (did you mean one of the extra precisions this backend offers: {_either(formats)}?)"
     close = difflib.get_close_matches(lowered, PRECISIONS, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    if _FORMAT_RE.match(lowered):
+        return " (an extra precision is named '<format>-<recipe>'; 'precision-plugins list' shows each backend's)"
+    return ""
+
+
+def _either(names: Sequence[str]) -> str:
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def _plain(value: object) -> Union[str, int, None]:
@@ -119,8 +136,11 @@ def _plain(value: object) -> Union[str, int, None]:
     return None
 
 
-def normalize_precision(value: object) -> str:
+def normalize_precision(value: object, *, extras: Sequence[str] = ()) -> str:
     """Return the canonical name for a precision or one of Lightning's aliases.
+
+    ``extras`` are the extra precisions of the backend in question, if known: an unknown name close to one's
+    format (``fp8`` for ``fp8-tensorwise``) is answered with those names.
 
     Raises:
         SpecTypeError: ``value`` is neither a string nor an int (``bool`` counts as neither).
@@ -138,14 +158,14 @@ def normalize_precision(value: object) -> str:
             return key
     if key in ALIASES:
         return ALIASES[key]
-    hint = _suggest_precision(key) if isinstance(key, str) else ""
+    hint = _suggest_precision(key, extras) if isinstance(key, str) else ""
     raise InvalidSpecError(
         f"unknown precision {describe(key)}{hint}; valid precisions are " + ", ".join(PRECISIONS) + " and the aliases "
         '"32", "16", "bf16", 32, 16'
     )
 
 
-def parse_spec(spec: object) -> PluginSpec:
+def parse_spec(spec: object, extras_of: Optional[Callable[[str], Sequence[str]]] = None) -> PluginSpec:
     """Parse ``"<backend>:<precision>"`` into a [`PluginSpec`][precision_base.spec.PluginSpec].
 
     Whitespace around the whole string and around either part is ignored. The precision is normalised with
@@ -155,6 +175,9 @@ def parse_spec(spec: object) -> PluginSpec:
     [`PrecisionPluginError`][precision_base.errors.PrecisionPluginError]), whose message repeats at most
     [`MAX_SHOWN`][precision_base.errors.MAX_SHOWN] characters of the input. A ``str`` subclass is read as the plain
     string it holds: none of its methods run.
+
+    ``extras_of(backend)``, where given, names the backend's extra precisions for the hint of an unknown precision
+    (the registry passes what the installed plugin declares).
 
     Raises:
         SpecTypeError: ``spec`` is not a string.
@@ -189,6 +212,13 @@ def parse_spec(spec: object) -> PluginSpec:
     try:
         canonical = normalize_precision(precision)
     except InvalidSpecError as exc:
+        error = exc
+        extras = extras_of(backend) if extras_of is not None else ()
+        if extras:  # the same error, with the hint this backend's extra precisions give
+            try:
+                normalize_precision(precision, extras=extras)
+            except InvalidSpecError as better:
+                error = better
         # the precision error already lists the valid precisions; add the shape of the name, not the whole grammar
-        raise InvalidSpecError(f'in {shown}: {exc}; expected "<backend>:<precision>"') from None
+        raise InvalidSpecError(f'in {shown}: {error}; expected "<backend>:<precision>"') from None
     return PluginSpec(backend=backend, precision=canonical)

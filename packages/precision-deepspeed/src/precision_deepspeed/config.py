@@ -13,7 +13,7 @@ The plugin owns these top-level keys of DeepSpeed's config:
 [`merge_precision_section`][precision_deepspeed.config.merge_precision_section] adds the section to a user's config. A
 user value that agrees with the plugin is
 kept, a key the plugin does not mention is kept, and a value that contradicts the plugin raises
-[`DeepSpeedConfigConflictError`][precision_deepspeed.config.DeepSpeedConfigConflictError] naming both sides. Nothing is
+[`DeepSpeedConfigConflictError`][precision_deepspeed.errors.DeepSpeedConfigConflictError] naming both sides. Nothing is
 silently overridden.
 [`write_into_config`][precision_deepspeed.config.write_into_config] is the one place that writes the section and the
 Trainer's clip value into a strategy's
@@ -30,8 +30,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from precision_base import TrainerConfigurationError
-from precision_base.plugin_support import PRECISION_DTYPE_NAMES
+from precision_base.kit.plugin_support import PRECISION_DTYPE_NAMES
+from precision_deepspeed.errors import DeepSpeedConfigConflictError
 
 #: Precisions that run DeepSpeed's fp16 mode, its bf16 mode, and those that may use torch autocast instead
 #: (derived from precision-base's one precision -> dtype map).
@@ -48,10 +48,6 @@ PRECISION_MODE_KEYS: dict[str, str] = {
     "torch_autocast": "torch_autocast",
     "amp": "amp",
 }
-
-
-class DeepSpeedConfigConflictError(TrainerConfigurationError):
-    """A user's DeepSpeed config contradicts what the precision plugin needs."""
 
 
 @dataclass(frozen=True)
@@ -266,7 +262,7 @@ def apply_gradient_clipping(config: dict[str, Any], gradient_clip_val: Optional[
     """Write the Trainer's ``gradient_clip_val`` into ``config["gradient_clipping"]`` (in place).
 
     ``None`` leaves the config alone. A config that already clips at another value raises
-    [`DeepSpeedConfigConflictError`][precision_deepspeed.config.DeepSpeedConfigConflictError] naming both values.
+    [`DeepSpeedConfigConflictError`][precision_deepspeed.errors.DeepSpeedConfigConflictError] naming both values.
     """
     if gradient_clip_val is None:
         return

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from precision_base import DtypeTable
-from precision_base.plugin_support import PRECISION_DTYPE_NAMES
+from precision_base.kit.plugin_support import PRECISION_DTYPE_NAMES
 from precision_deepspeed import _compat
 from precision_deepspeed.keep_fp32 import reduced_in_half
 

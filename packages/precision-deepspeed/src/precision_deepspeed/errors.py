@@ -1,4 +1,4 @@
-"""The errors precision-deepspeed raises at training time, and the messages both doors share.
+"""Every error class precision-deepspeed defines, and the messages both doors share.
 
 [`DeepSpeedPrecisionError`][precision_deepspeed.errors.DeepSpeedPrecisionError] and
 [`DeepSpeedOverflowStormError`][precision_deepspeed.errors.DeepSpeedOverflowStormError] are what to catch. What is
@@ -7,6 +7,15 @@ subclass [`error_class`][precision_deepspeed.errors.error_class] builds for the 
 also that namespace's
 ``MisconfigurationException`` (``lightning.fabric``'s under ``lightning.pytorch`` and Fabric, ``lightning_fabric``'s
 under ``pytorch_lightning``), the type Lightning's own ``DeepSpeedPrecision`` raises.
+
+Refused before training starts:
+
+* [`DeepSpeedConfigConflictError`][precision_deepspeed.errors.DeepSpeedConfigConflictError]: the user's DeepSpeed
+  config contradicts the plugin ([`precision_deepspeed.config`][]);
+* [`KeepFP32Error`][precision_deepspeed.errors.KeepFP32Error]: ``keep_fp32`` cannot be honoured as asked
+  ([`precision_deepspeed.keep_fp32`][]);
+* [`CheckpointPrecisionError`][precision_deepspeed.errors.CheckpointPrecisionError]: a checkpoint saved under another
+  DeepSpeed precision mode is resumed ([`precision_deepspeed.resume`][]).
 
 Imports no torch and no Lightning module at import time.
 """
@@ -19,7 +28,7 @@ import threading
 from typing import Any, TypeVar
 
 from precision_base import PrecisionPluginError
-from precision_base.errors import OverflowStormError
+from precision_base.errors import OverflowStormError, TrainerConfigurationError
 
 #: Lightning's own messages, kept verbatim where ours replace Lightning's code (our guidance follows them).
 LIGHTNING_BACKWARD_WARNING = (
@@ -45,6 +54,18 @@ class DeepSpeedOverflowStormError(OverflowStormError, DeepSpeedPrecisionError):
     [`DeepSpeedPrecisionError`][precision_deepspeed.errors.DeepSpeedPrecisionError], the type this plugin raised for it
     before the watch was shared.
     """
+
+
+class DeepSpeedConfigConflictError(TrainerConfigurationError):
+    """A user's DeepSpeed config contradicts what the precision plugin needs."""
+
+
+class KeepFP32Error(PrecisionPluginError, ValueError):
+    """``keep_fp32`` cannot be honoured under DeepSpeed as asked (native fp16/bf16 mode, or a contradiction)."""
+
+
+class CheckpointPrecisionError(PrecisionPluginError, ValueError):
+    """A checkpoint saved under one DeepSpeed precision mode is resumed under another."""
 
 
 def setup_alone_error(stage: int) -> str:
@@ -137,8 +158,11 @@ __all__ = [
     "LIGHTNING_CLIP_BY_VALUE_ERROR",
     "LIGHTNING_LBFGS_ERROR",
     "LIGHTNING_SKIPPED_BACKWARD_ERROR",
+    "CheckpointPrecisionError",
+    "DeepSpeedConfigConflictError",
     "DeepSpeedOverflowStormError",
     "DeepSpeedPrecisionError",
+    "KeepFP32Error",
     "autocast_fp16_refusal",
     "cpu_fp16_refusal",
     "error_class",

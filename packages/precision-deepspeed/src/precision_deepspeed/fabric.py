@@ -29,7 +29,7 @@ import torch
 from lightning.fabric.strategies.deepspeed import DeepSpeedStrategy as _FabricDeepSpeedStrategy
 from typing_extensions import override
 
-from precision_base.plugin_support import bind_device_from_inputs
+from precision_base.kit.plugin_support import bind_device_from_inputs
 from precision_deepspeed import _compat
 from precision_deepspeed.errors import DeepSpeedPrecisionError, error_class, setup_alone_error
 from precision_deepspeed.implementation import DeepSpeedPrecisionImpl

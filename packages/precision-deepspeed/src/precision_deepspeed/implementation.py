@@ -19,12 +19,12 @@ from torch.nn import Module
 from typing_extensions import override
 
 from precision_base import DtypeTable
-from precision_base.casting import cast_floating
-from precision_base.doors import check_caller
-from precision_base.keep_fp32 import KeepSpec
-from precision_base.numerics import UnderflowCheck
-from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowWatch
-from precision_base.plugin_support import precision_dtype
+from precision_base.doors.identity import check_caller
+from precision_base.kit.casting import cast_floating
+from precision_base.kit.keep_fp32 import KeepSpec
+from precision_base.kit.numerics import UnderflowCheck
+from precision_base.kit.overflow import DEFAULT_MAX_SKIPPED_STEPS, OverflowWatch
+from precision_base.kit.plugin_support import precision_dtype
 from precision_base.spec import PRECISIONS
 from precision_deepspeed import _compat, schedule
 from precision_deepspeed.config import (
@@ -34,9 +34,14 @@ from precision_deepspeed.config import (
     render_precision_section,
 )
 from precision_deepspeed.dtypes import dtype_table, kept_reduction
-from precision_deepspeed.errors import DeepSpeedOverflowStormError, DeepSpeedPrecisionError, error_class
+from precision_deepspeed.errors import (
+    CheckpointPrecisionError,
+    DeepSpeedOverflowStormError,
+    DeepSpeedPrecisionError,
+    error_class,
+)
 from precision_deepspeed.keep_fp32 import install_kept, parse_keep_fp32
-from precision_deepspeed.resume import CheckpointPrecisionError, SavedPrecision, engine_mode, mismatch_error
+from precision_deepspeed.resume import SavedPrecision, engine_mode, mismatch_error
 from precision_deepspeed.selection import resolve_strategy
 from precision_deepspeed.steps import DeepSpeedStepsImpl
 from precision_deepspeed.strategy import guard_resume, write_plugin_config
@@ -123,7 +128,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
     def precision_section(self) -> dict[str, Any]:
         """The precision section of the DeepSpeed config this plugin needs (``fp16``, ``bf16``, ``torch_autocast``).
 
-        With ``max_skipped_steps`` (default ``precision_base.overflow.DEFAULT_MAX_SKIPPED_STEPS``) under bf16, on a
+        With ``max_skipped_steps`` (default ``precision_base.kit.overflow.DEFAULT_MAX_SKIPPED_STEPS``) under bf16, on a
         DeepSpeed whose ``check_grad_overflow`` is off by default (0.17 up to 0.19.0), the ``bf16`` section turns it
         on, without which DeepSpeed's bf16 mode would never skip a step to count; where it is on by default (0.19.8)
         nothing is added. DeepSpeed releases without the option (before 0.17) never skip a bf16 step: there is
@@ -149,7 +154,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         to ``deepspeed.initialize`` yourself; a strategy's config gets the section without this call).
 
         Raises:
-            precision_deepspeed.config.DeepSpeedConfigConflictError: ``user_config`` contradicts the plugin.
+            precision_deepspeed.errors.DeepSpeedConfigConflictError: ``user_config`` contradicts the plugin.
         """
         return merge_precision_section(user_config, self.precision_section(), owner=self.spec)
 
@@ -281,7 +286,7 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         loads.
 
         Raises:
-            precision_deepspeed.resume.CheckpointPrecisionError: the recorded DeepSpeed mode differs.
+            precision_deepspeed.errors.CheckpointPrecisionError: the recorded DeepSpeed mode differs.
         """
         section = state_dict.get("deepspeed_config_section")
         if (

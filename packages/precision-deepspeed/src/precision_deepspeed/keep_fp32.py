@@ -1,7 +1,7 @@
 """Per-module precision under DeepSpeed: ``keep_fp32=`` with ``torch_autocast=True``.
 
 ``DeepSpeedPrecision("bf16-mixed", torch_autocast=True, keep_fp32=("lm_head", torch.nn.LayerNorm))``: modules matched
-as [`precision_base.keep_fp32`][] says (qualified-name patterns relative to the LightningModule, or classes) are
+as [`precision_base.kit.keep_fp32`][] says (qualified-name patterns relative to the LightningModule, or classes) are
 *kept*. In DeepSpeed's ``torch_autocast`` mode the module's parameters stay float32 anyway; for a kept module (and
 everything inside it) ``torch.autocast`` is off and floating inputs are cast to float32, so it computes in float32,
 and its float32 outputs reach the rest of the model, where autocast casts them as each op needs.
@@ -16,7 +16,7 @@ inside ``deepspeed.initialize`` and flatten every parameter into half-precision 
 modules in float32, so ``keep_fp32`` there is refused at construction, naming ``torch_autocast=True``.
 
 **Kept by default under ``*-mixed``** (both modes), by the rule the FSDP plugin follows too
-([`precision_base.keep_fp32.KeepFP32`][] with ``running_stats=True`` and ``hf_dtype``): layers whose running
+([`precision_base.kit.keep_fp32.KeepFP32`][] with ``running_stats=True`` and ``hf_dtype``): layers whose running
 statistics are float buffers (``BatchNorm*``, ``SyncBatchNorm``, tracked ``InstanceNorm*``) and the modules a Hugging
 Face model declares float32 (``_keep_in_fp32_modules_strict``; also ``_keep_in_fp32_modules`` under ``16-mixed``).
 DeepSpeed leaves buffers in their dtype (``data_types.buffer_dtype`` unset) but casts parameters: a BatchNorm would
@@ -38,17 +38,13 @@ from typing import Optional, Union
 
 import torch
 
-from precision_base import PrecisionPluginError
-from precision_base.keep_fp32 import KeepFP32, KeepSpec, install_fp32_forward, is_kept
-from precision_base.plugin_support import PRECISION_DTYPE_NAMES
+from precision_base.kit.keep_fp32 import KeepFP32, KeepSpec, install_fp32_forward, is_kept
+from precision_base.kit.plugin_support import PRECISION_DTYPE_NAMES
 from precision_deepspeed import _compat
+from precision_deepspeed.errors import KeepFP32Error
 
 #: DeepSpeed's default lower-precision-safe classes (its ``LOWER_PRECISION_SAFE_MODULES``), by import name.
 DEFAULT_SAFE_MODULES = ("torch.nn.Linear", "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d")
-
-
-class KeepFP32Error(PrecisionPluginError, ValueError):
-    """``keep_fp32`` cannot be honoured under DeepSpeed as asked (native fp16/bf16 mode, or a contradiction)."""
 
 
 def parse_keep_fp32(
@@ -134,7 +130,7 @@ def install_fp32_compute(
 ) -> None:
     """Make ``module`` (and everything inside it) compute in float32 although DeepSpeed casts its parameters.
 
-    ``module`` gets the shared float32 forward ([`precision_base.keep_fp32.install_fp32_forward`][]: floating
+    ``module`` gets the shared float32 forward ([`precision_base.kit.keep_fp32.install_fp32_forward`][]: floating
     inputs cast to float32, autocast off) with its floating outputs cast to ``out_dtype``; every module inside it
     (``module`` included) that owns floating parameters runs its ``forward`` with float32 copies of them
     (`precision_deepspeed._compat.forward_with_fp32_parameters`: taken inside ``forward``, after DeepSpeed's

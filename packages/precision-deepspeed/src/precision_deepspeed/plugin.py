@@ -77,7 +77,7 @@ class DeepSpeedPrecision(DeepSpeedPrecisionImpl, pl.plugins.precision.DeepSpeedP
         ValueError: an unsupported ``precision``, fp16 knobs under a non-fp16 precision, ``torch_autocast`` under a
             ``*-true`` precision, under ``16-mixed`` or with a DeepSpeed that has no ``torch_autocast`` section, or a
             ``max_skipped_steps`` that is not a positive int or ``None``.
-        precision_deepspeed.keep_fp32.KeepFP32Error: ``keep_fp32`` without ``torch_autocast=True``, or a class both
+        precision_deepspeed.errors.KeepFP32Error: ``keep_fp32`` without ``torch_autocast=True``, or a class both
             in ``keep_fp32`` and in ``autocast_lower_precision_safe_modules``.
     """
 

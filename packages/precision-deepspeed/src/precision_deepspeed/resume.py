@@ -24,15 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from precision_base import PrecisionPluginError
 from precision_deepspeed.config import engine_mode
+from precision_deepspeed.errors import CheckpointPrecisionError
 
 #: The key Lightning files the plugin's state under (the class's ``__qualname__``, same as Lightning's built-in).
 STATE_KEY = "DeepSpeedPrecision"
-
-
-class CheckpointPrecisionError(PrecisionPluginError, ValueError):
-    """A checkpoint saved under one DeepSpeed precision mode is resumed under another."""
 
 
 _MODE_PRECISIONS = {
@@ -123,7 +119,6 @@ def check_resume(plugin: Any, checkpoint: Any) -> None:
 __all__ = [
     "check_resume",
     "STATE_KEY",
-    "CheckpointPrecisionError",
     "SavedPrecision",
     "engine_mode",
     "mismatch_error",

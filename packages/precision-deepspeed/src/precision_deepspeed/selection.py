@@ -17,16 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from precision_base import TrainerConfigurationError
+from precision_base.kit.plugin_support import uses_cpu, wrong_strategy_error
 from precision_base.namespaces import FABRIC_NAMESPACES, for_namespace
-from precision_base.plugin_support import uses_cpu, wrong_strategy_error
 from precision_deepspeed import _compat
 from precision_deepspeed.config import (
     HALF_PRECISIONS,
-    DeepSpeedConfigConflictError,
     conflict_message,
     write_into_config,
 )
-from precision_deepspeed.errors import cpu_fp16_refusal
+from precision_deepspeed.errors import DeepSpeedConfigConflictError, cpu_fp16_refusal
 from precision_deepspeed.strategy import SectionOwner, user_config_conflicts
 
 
@@ -110,7 +109,7 @@ def resolve_strategy(strategy: Any, *, accelerator: Any, plugin: SectionOwner, n
     Raises:
         TrainerConfigurationError: ``strategy`` is not a DeepSpeed strategy, Lightning's own ``DeepSpeedStrategy``
             instance was given for the CPU, or fp16 was asked on a CPU DeepSpeed cannot run fp16 on.
-        precision_deepspeed.config.DeepSpeedConfigConflictError: the user's config contradicts the plugin's section.
+        precision_deepspeed.errors.DeepSpeedConfigConflictError: the user's config contradicts the plugin's section.
     """
     door = _door(namespace)
     owner = plugin.spec

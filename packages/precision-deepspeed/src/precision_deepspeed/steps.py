@@ -5,12 +5,12 @@ DeepSpeed's engine runs backward (loss scaling, gradient partitioning and reduct
 clipping by norm; the hooks here hand each to it, turn DeepSpeed's "overflow at the lowest loss scale" into a
 [`DeepSpeedPrecisionError`][precision_deepspeed.errors.DeepSpeedPrecisionError] (one wording for the Trainer and
 Fabric), and record
-every optimizer step in the shared ``max_skipped_steps`` watch ([`precision_base.overflow.OverflowWatch`][]):
+every optimizer step in the shared ``max_skipped_steps`` watch ([`precision_base.kit.overflow.OverflowWatch`][]):
 skipped when ``engine.was_step_applied()`` is false, or DeepSpeed's own optimizer flagged an overflow (what Fabric
 steps).
 
 Before the first step of each optimizer, at both doors and with any DeepSpeed strategy, the numerics check
-([`precision_base.numerics`][]) reads the optimizer DeepSpeed really steps (`stepped_optimizer`): under DeepSpeed's
+([`precision_base.kit.numerics`][]) reads the optimizer DeepSpeed really steps (`stepped_optimizer`): under DeepSpeed's
 fp16/bf16 modes and ZeRO that is the torch optimizer over float32 master partitions, so Adam's ``eps=1e-8`` is fine
 there and only a value that is 0 in float32 is warned about. ZeRO-3 fills that optimizer's groups only while it
 steps: they are checked from its step pre-hook (``torch.optim.Optimizer.register_step_pre_hook``). Not at
@@ -29,8 +29,8 @@ from torch.optim import LBFGS, Optimizer
 from typing_extensions import override
 
 from precision_base import PrecisionPlugin
-from precision_base.numerics import UnderflowCheck
-from precision_base.overflow import OverflowWatch
+from precision_base.kit.numerics import UnderflowCheck
+from precision_base.kit.overflow import OverflowWatch
 from precision_deepspeed import _compat
 from precision_deepspeed.config import HALF_PRECISIONS, LossScaling
 from precision_deepspeed.errors import (
@@ -124,7 +124,7 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
         return result
 
     def _check_numerics(self, engine_or_optimizer: Any) -> None:
-        """Before a step: the numerics warning ([`precision_base.numerics.UnderflowCheck`][], rank 0) for the
+        """Before a step: the numerics warning ([`precision_base.kit.numerics.UnderflowCheck`][], rank 0) for the
         optimizer DeepSpeed steps (`stepped_optimizer`), each parameter group once. ZeRO-3 fills that optimizer's
         groups only inside its step (one sub-group at a time): those are checked from its step pre-hook."""
         self._underflow((stepped_optimizer(engine_or_optimizer),), self.spec, self._rank_zero_warn, in_step=True)
@@ -153,7 +153,7 @@ class DeepSpeedStepsImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc]
 
     def _count_skipped_step(self, engine: Any) -> None:
         """After ``engine.step()``: record whether DeepSpeed applied the step (``engine.was_step_applied()``, read at
-        gradient-accumulation boundaries only) in the shared watch ([`precision_base.overflow`][]).
+        gradient-accumulation boundaries only) in the shared watch ([`precision_base.kit.overflow`][]).
 
         Raises:
             DeepSpeedOverflowStormError: ``max_skipped_steps`` steps in a row were skipped (an

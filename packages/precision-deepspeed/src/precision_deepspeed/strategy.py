@@ -34,10 +34,11 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
+from precision_base.kit.plugin_support import uses_cpu
 from precision_base.namespaces import namespace_of
-from precision_base.plugin_support import uses_cpu
 from precision_deepspeed import _compat
-from precision_deepspeed.config import DeepSpeedConfigConflictError, engine_mode, write_into_config
+from precision_deepspeed.config import engine_mode, write_into_config
+from precision_deepspeed.errors import DeepSpeedConfigConflictError
 from precision_deepspeed.resume import check_resume
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def write_plugin_config(strategy: Any) -> Optional[float]:
     dict config. Returns the ``gradient_clipping`` DeepSpeed will use (``None`` when the config sets none).
 
     Raises:
-        precision_deepspeed.config.DeepSpeedConfigConflictError: the user's config, or a loss-scaling argument given
+        precision_deepspeed.errors.DeepSpeedConfigConflictError: the user's config, or a loss-scaling argument given
             to the strategy, contradicts the plugin or the Trainer.
     """
     plugin = strategy.precision_plugin
@@ -264,7 +265,7 @@ class TrainerDeepSpeedCPUStrategyImpl(DeepSpeedCPUStrategyImpl, _compat.TrainerS
         """Lightning's loader, after refusing a checkpoint saved under another DeepSpeed precision mode.
 
         Raises:
-            precision_deepspeed.resume.CheckpointPrecisionError: resuming training from a checkpoint whose DeepSpeed
+            precision_deepspeed.errors.CheckpointPrecisionError: resuming training from a checkpoint whose DeepSpeed
                 precision mode differs from the plugin's (before DeepSpeed's own loader fails or goes on silently).
         """
         module = self.lightning_module

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from precision_base.lazy import lazy_exports
+from precision_base.kit.lazy import lazy_exports
 from precision_fsdp.__about__ import __version__
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ extra they need come from the float8 feature's one declaration ([`precision_fsdp
 """
 
 from precision_base import PluginInfo
-from precision_base.extra import declared, declared_extras, declared_facts, declared_imports
+from precision_base.kit.extra import declared, declared_extras, declared_facts, declared_imports
 from precision_fsdp.float8.recipes import FLOAT8
 
 INFO = PluginInfo(

@@ -1,7 +1,7 @@
 """What the FSDP plugin says about its dtypes: the ``dtypes()`` table and the ``describe()`` facts.
 
 Both are built from the plugin's [`DtypePlan`][precision_fsdp.policy.DtypePlan], its ``keep_fp32`` rules, its scaler and
-the feature of its precision ([`precision_base.extra`][]: ``fp8-*`` adds its float8 facts); the plugin's
+the feature of its precision ([`precision_base.kit.extra`][]: ``fp8-*`` adds its float8 facts); the plugin's
 ``dtypes`` and ``describe`` only pass them in.
 """
 
@@ -14,8 +14,8 @@ import torch
 from torch.amp import GradScaler
 
 from precision_base.contract import DtypeTable
-from precision_base.extra import ExtraPrecisionFeature
-from precision_base.keep_fp32 import KeepFP32
+from precision_base.kit.extra import ExtraPrecisionFeature
+from precision_base.kit.keep_fp32 import KeepFP32
 from precision_fsdp import _compat
 from precision_fsdp.policy import DtypePlan, dtype_name
 from precision_fsdp.sharding.units import FSDPVersion

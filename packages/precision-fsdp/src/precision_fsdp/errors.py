@@ -13,7 +13,7 @@
   units ([`precision_fsdp.sharding.units`][]).
 
 Running out of loss scale (``max_skipped_steps``) raises precision-base's
-[`OverflowStormError`][precision_base.overflow.OverflowStormError], shared with the DeepSpeed plugin.
+[`OverflowStormError`][precision_base.errors.OverflowStormError], shared with the DeepSpeed plugin.
 
 Imports no torch and no Lightning module.
 """

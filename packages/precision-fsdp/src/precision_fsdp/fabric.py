@@ -28,7 +28,7 @@ import torch
 from lightning.fabric.strategies.model_parallel import ModelParallelStrategy as _FabricModelParallelStrategy
 from typing_extensions import override
 
-from precision_base.plugin_support import bind_device_from_inputs
+from precision_base.kit.plugin_support import bind_device_from_inputs
 from precision_fsdp.implementation import FSDPPrecisionImpl
 from precision_fsdp.loop_state import restorable_entries, restore_entries
 from precision_fsdp.selection import choose_fabric_strategy
@@ -97,10 +97,10 @@ class FabricFSDPPrecisionImpl(FSDPPrecisionImpl):
 
         Warns ([`PrecisionPluginWarning`][precision_base.PrecisionPluginWarning], rank 0, once per optimizer: Fabric
         has no ``connect``): at an optimizer's first step, a hyperparameter that is 0 in the dtype of its parameters
-        (Adam's ``eps=1e-8`` under ``16-true``; see [`precision_base.numerics`][]).
+        (Adam's ``eps=1e-8`` under ``16-true``; see [`precision_base.kit.numerics`][]).
 
         Raises:
-            precision_base.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+            precision_base.errors.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         self._underflow((optimizer,), self.spec, self._rank_zero_warn)
         self._sharded_init(optimizer, self.spec, self._rank_zero_warn)

@@ -17,13 +17,13 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from precision_base import PRECISIONS, PrecisionPlugin
-from precision_base.casting import cast_floating, default_dtype
 from precision_base.contract import DtypeTable
-from precision_base.doors import check_caller, door_of
-from precision_base.extra import ExtraPrecisionFeature
-from precision_base.keep_fp32 import KeepFP32, KeepSpec
-from precision_base.numerics import UnderflowCheck
-from precision_base.overflow import DEFAULT_MAX_SKIPPED_STEPS
+from precision_base.doors.identity import check_caller, door_of
+from precision_base.kit.casting import cast_floating, default_dtype
+from precision_base.kit.extra import ExtraPrecisionFeature
+from precision_base.kit.keep_fp32 import KeepFP32, KeepSpec
+from precision_base.kit.numerics import UnderflowCheck
+from precision_base.kit.overflow import DEFAULT_MAX_SKIPPED_STEPS
 from precision_fsdp import _compat, resume
 from precision_fsdp.checkpoints import load_scaler_state, resume_warning, scaler_state
 from precision_fsdp.clipping import clip_grad_norm
@@ -222,7 +222,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
 
         Warns (rank 0, once per run): an optimizer hyperparameter is 0 in the dtype of its parameters (Adam's
         ``eps=1e-8`` under ``16-true``), a [`PrecisionPluginWarning`][precision_base.PrecisionPluginWarning] naming
-        the parameter group and a value that works (see [`precision_base.numerics`][]; an optimizer not seen here is
+        the parameter group and a value that works (see [`precision_base.kit.numerics`][]; an optimizer not seen here is
         checked at its first step: `optimizer_step`); ``*-true``: Lightning's "FSDP with `16-true` enables
         computation in lower precision", whichever strategy sharded the model.
         """
@@ -350,7 +350,7 @@ class FSDPPrecisionImpl(PrecisionPlugin, _LightningBase):  # type: ignore[misc] 
         Warns: the first step of an optimizer that `connect` did not see gets its numerics check (see `connect`).
 
         Raises:
-            precision_base.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+            precision_base.errors.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         self._underflow((optimizer,), self.spec, self._rank_zero_warn)
         self._sharded_init(optimizer, self.spec, self._rank_zero_warn)

@@ -24,7 +24,7 @@ no public per-module float32 override, so ``keep_fp32`` with FSDP1 is refused
 ([`KeepFP32Error`][precision_fsdp.errors.KeepFP32Error]).
 
 The rules (``KeepFP32``: which modules a ``keep_fp32`` entry or a default rule keeps, their float32 forward) are
-[`precision_base.keep_fp32`][]'s, shared with the DeepSpeed plugin; this module adds the FSDP cast around them.
+[`precision_base.kit.keep_fp32`][]'s, shared with the DeepSpeed plugin; this module adds the FSDP cast around them.
 """
 
 from __future__ import annotations

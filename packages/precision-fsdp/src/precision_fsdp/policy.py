@@ -13,7 +13,7 @@ from typing import Optional, Union
 import torch
 
 from precision_base import DtypeTable
-from precision_base.plugin_support import precision_dtype
+from precision_base.kit.plugin_support import precision_dtype
 from precision_fsdp._compat import MixedPrecision, MixedPrecisionPolicy
 from precision_fsdp.sharding.units import FSDPVersion
 

@@ -35,7 +35,7 @@ from typing import Any, Optional, Protocol
 
 import torch
 
-from precision_base.keep_fp32 import is_kept
+from precision_base.kit.keep_fp32 import is_kept
 from precision_fsdp import _compat
 from precision_fsdp.float8 import switch as float8_switch
 from precision_fsdp.float8.config import is_fp8

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Union
 
+from precision_base.kit.plugin_support import registered_strategy_class, uses_cpu, wrong_strategy_error
 from precision_base.namespaces import NAMESPACES, for_namespace
-from precision_base.plugin_support import registered_strategy_class, uses_cpu, wrong_strategy_error
 from precision_fsdp._compat import fsdp1_state_dict_type, fsdp2_cpu_problem, lightning_fsdp_on_cpu_message
 from precision_fsdp.sharding.strategy import FSDP2Strategy
 

@@ -1,11 +1,10 @@
 """Optimizer-step bookkeeping of the FSDP plugin: skipped steps, ``check_finite_grads`` and ``max_skipped_steps``.
 
 One [`StepWatch`][precision_fsdp.steps.StepWatch] per plugin, used by both doors' ``optimizer_step`` (the Trainer's with
-Lightning's closure,
-Fabric's without one) and by ``precision_stats``. The counting itself (the limit, its default, the warning at half
-of it and [`OverflowStormError`][precision_base.OverflowStormError]) is [`precision_base.overflow.OverflowWatch`][]'s,
-shared
-with the DeepSpeed plugin; how a step is known to be skipped is FSDP's:
+Lightning's closure, Fabric's without one) and by ``precision_stats``. The counting itself (the limit, its default, the
+warning at half of it and [`OverflowStormError`][precision_base.OverflowStormError]) is
+[`precision_base.kit.overflow.OverflowWatch`][]'s, shared with the DeepSpeed plugin; how a step is known to be skipped
+is FSDP's:
 
 * ``16-mixed``: the loss scaler skips a step with inf/NaN gradients and lowers its scale: a step after which the
   scale fell was skipped;
@@ -23,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from precision_base.overflow import OverflowWatch
+from precision_base.kit.overflow import OverflowWatch
 from precision_fsdp._compat import DTensor
 from precision_fsdp.scaler import loss_scale
 
@@ -64,7 +63,7 @@ class StepWatch:
         before the hooks, clipping and the optimizer.
 
         Raises:
-            precision_base.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+            precision_base.errors.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         if self.check_finite and self.overflow is not None:
             skipped = [False]
@@ -84,7 +83,7 @@ class StepWatch:
         are checked (and dropped if not finite) first.
 
         Raises:
-            precision_base.overflow.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
+            precision_base.errors.OverflowStormError: ``max_skipped_steps`` steps in a row were skipped.
         """
         if self.check_finite and self.overflow is not None:
             skipped = drop_nonfinite_grads(optimizer)

@@ -18,9 +18,9 @@ import torch
 from typing_extensions import override
 
 from precision_base import DtypeTable, PrecisionPlugin
-from precision_base.casting import cast_floating, default_dtype
+from precision_base.kit.casting import cast_floating, default_dtype
+from precision_base.kit.plugin_support import registered_strategy_class, wrong_strategy_error
 from precision_base.namespaces import namespace_of
-from precision_base.plugin_support import registered_strategy_class, wrong_strategy_error
 
 if TYPE_CHECKING:
     from lightning.pytorch.plugins.precision import Precision as _LightningBase

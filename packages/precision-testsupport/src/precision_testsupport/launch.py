@@ -1,7 +1,8 @@
 """Real multi-process runs for this repository's tests, benchmarks and examples (not published).
 
-``run_ranks``, ``world_size``, ``leave_rank`` and ``LaunchError`` are the conformance kit's launcher,
-:mod:`precision_base.testing.ranks` (each rank runs ``python -m precision_base.testing.ranks TARGET ARGS OUT``)::
+``run_ranks``, ``world_size`` and ``leave_rank`` are the conformance kit's launcher,
+:mod:`precision_base.testing.ranks` (each rank runs ``python -m precision_base.testing.ranks TARGET ARGS OUT``); a
+failed run raises ``precision_base.errors.LaunchError``::
 
     from precision_testsupport.launch import run_ranks
 
@@ -21,9 +22,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from precision_base.testing.ranks import LaunchError, leave_rank, run_ranks, world_size
+from precision_base.testing.ranks import leave_rank, run_ranks, world_size
 
-__all__ = ["LaunchError", "ensure_process_group", "leave_rank", "process_group", "run_ranks", "world_size"]
+__all__ = ["ensure_process_group", "leave_rank", "process_group", "run_ranks", "world_size"]
 
 
 def ensure_process_group(backend: str = "gloo") -> None:

@@ -1,7 +1,7 @@
 """What each observation should be, read from the plugin's public contract, and the rows comparing the two.
 
 The expectations (every one from ``plugin.dtypes()``, the plugin's precision name and the modules the plugin made
-float32 through [`precision_base.keep_fp32`][]; nothing plugin-specific):
+float32 through [`precision_base.kit.keep_fp32`][]; nothing plugin-specific):
 
 | role | expected |
 |---|---|

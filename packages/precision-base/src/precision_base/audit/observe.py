@@ -8,7 +8,7 @@
   ``torch.autocast`` is on and with which dtype;
 * inside the forward of a module that swaps in float32 copies of its half-precision parameters (DeepSpeed's native
   mode, kept modules), the dtype of those copies
-  ([`watch_forward_parameters`][precision_base.keep_fp32.watch_forward_parameters]): the
+  ([`watch_forward_parameters`][precision_base.kit.keep_fp32.watch_forward_parameters]): the
   "forward parameters" row shows them rather than the stored dtype the pre-hook saw;
 * a forward hook (run before any other forward hook of the module, so a kept module's output cast is not mistaken
   for its compute) on every matmul module (``Linear``, ``Conv*``, ``ConvTranspose*``, ``MultiheadAttention`` and
@@ -36,7 +36,7 @@ import torch
 
 from precision_base._compat import torch_dispatch_mode
 from precision_base.audit.collectives import CollectiveTap
-from precision_base.keep_fp32 import is_kept, watch_forward_parameters
+from precision_base.kit.keep_fp32 import is_kept, watch_forward_parameters
 
 MATMUL_MODULES: tuple[type[torch.nn.Module], ...] = (
     torch.nn.Linear,
@@ -160,7 +160,7 @@ class ModuleSeen:
     calls: int = 0
     in_forward: set[str] = field(default_factory=set)
     """Dtypes of the tensors a forward swapped in for the module's parameters, seen from inside that forward
-    ([`precision_base.keep_fp32.watch_forward_parameters`][]); empty where the forward used the parameters."""
+    ([`precision_base.kit.keep_fp32.watch_forward_parameters`][]); empty where the forward used the parameters."""
 
     @property
     def forward_params(self) -> set[str]:
@@ -193,7 +193,7 @@ def _autocast_state(device_type: str) -> str:
 
 
 class _Unwatch:
-    """A ``remove()`` handle for [`precision_base.keep_fp32.watch_forward_parameters`][]."""
+    """A ``remove()`` handle for [`precision_base.kit.keep_fp32.watch_forward_parameters`][]."""
 
     def __init__(self, stop: Any) -> None:
         self.remove = stop

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from precision_base.cant_train import GRAD_CHECK_STEPS, no_gradient_message
 from precision_base.contract import PrecisionPlugin
-from precision_base.door_table import DOORS, Door, DoorFacts, other_door
+from precision_base.doors.cant_train import GRAD_CHECK_STEPS, no_gradient_message
 from precision_base.doors.identity import door_of, wrong_door_error
+from precision_base.doors.table import DOORS, Door, DoorFacts, other_door
 from precision_base.errors import (
     NoGradientWarning,
     PrecisionPluginError,
@@ -36,7 +36,7 @@ from precision_base.spec import PRECISIONS, normalize_precision
 class DoorDescription:
     """What a door does its own way; [`combine_door_kwargs`][precision_base.doors.combine.combine_door_kwargs] does
     the rest, and every fact about the door (its namespaces, the classes its mixin goes before, Lightning's plugin
-    types) comes from [`DOORS`][precision_base.door_table.DOORS].
+    types) comes from [`DOORS`][precision_base.doors.table.DOORS].
 
     Attributes:
         name: ``"Trainer"`` or ``"Fabric"`` (the ``door=`` of [`precision_base.registry.resolve`][]).
@@ -51,7 +51,7 @@ class DoorDescription:
 
     @property
     def facts(self) -> DoorFacts:
-        """This door's row of [`DOORS`][precision_base.door_table.DOORS]."""
+        """This door's row of [`DOORS`][precision_base.doors.table.DOORS]."""
         return DOORS[self.name]
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional
 
-from precision_base.cant_train import (
+from precision_base.contract import PrecisionPlugin
+from precision_base.doors import combine
+from precision_base.doors.cant_train import (
     FABRIC_FIX,
     ReplacedParameters,
 )
-from precision_base.contract import PrecisionPlugin
-from precision_base.doors import combine
 from precision_base.doors.identity import door_of, wrong_door_error
 from precision_base.errors import (
     FabricNotSupportedError,
@@ -141,7 +141,7 @@ class PrecisionPluginFabricMixin:
         prepared["callbacks"] = [*combine.as_list(prepared.get("callbacks")), _GradientCheck(self)]
         super().__init__(**prepared)
 
-    # -- training that cannot train (precision_base.cant_train) ------------------------------------------------
+    # -- training that cannot train (precision_base.doors.cant_train) ------------------------------------------------
     def _checks_apply(self) -> bool:
         """The checks run only when the precision is one of ours: without a plugin Fabric stays Lightning's."""
         fabric: Any = self

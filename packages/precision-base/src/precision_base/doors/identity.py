@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from precision_base._compat import caller_frames
-from precision_base.door_table import DOORS, Door, door_of_namespace, other_door
+from precision_base.doors.table import DOORS, Door, door_of_namespace, other_door
 from precision_base.errors import PrecisionPluginError, WrongDoorError
 from precision_base.namespaces import ALL_NAMESPACES, door_of, namespace_of, namespace_of_module
 

@@ -24,12 +24,12 @@ import weakref
 from typing import Any, Optional
 
 from precision_base._compat import parse_env_variables
-from precision_base.cant_train import (
+from precision_base.contract import PrecisionPlugin
+from precision_base.doors import combine
+from precision_base.doors.cant_train import (
     TRAINER_FIX,
     ReplacedParameters,
 )
-from precision_base.contract import PrecisionPlugin
-from precision_base.doors import combine
 from precision_base.doors.identity import door_of, wrong_door_error
 from precision_base.errors import TrainerConfigurationError, describe
 from precision_base.namespaces import NAMESPACES, lightning_root, namespace_of
@@ -194,7 +194,7 @@ _check_classes: dict[str, type] = {}
 
 def _trainability_check(namespace: str) -> type:
     """The Trainer door's callback (built once per namespace) that refuses or warns about a run that cannot train
-    ([`precision_base.cant_train`][]): at ``setup`` it notes the LightningModule's parameters; at ``on_fit_start``
+    ([`precision_base.doors.cant_train`][]): at ``setup`` it notes the LightningModule's parameters; at ``on_fit_start``
     (after ``configure_model`` and ``configure_optimizers``) an optimizer that holds parameters the strategy
     replaced raises [`StaleOptimizerError`][precision_base.errors.StaleOptimizerError]; on the first optimizer
     steps, no

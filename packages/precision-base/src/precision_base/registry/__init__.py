@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from typing import Any, Optional
 
 from precision_base.contract import PluginInfo
-from precision_base.door_table import DOORS, Door
+from precision_base.doors.table import DOORS, Door
 from precision_base.errors import (
     BackendDisabledError,
     FabricNotSupportedError,
@@ -206,7 +206,7 @@ class Registry:
 
         ``door`` (``"Trainer"`` or ``"Fabric"``) picks the class (``PluginInfo.plugin_class`` or ``fabric_class``);
         ``namespace`` is the Lightning namespace the instance is built for
-        ([`DOORS`][precision_base.door_table.DOORS]; by default the
+        ([`DOORS`][precision_base.doors.table.DOORS]; by default the
         door's first, see [`precision_base.namespaces.for_namespace`][]). The entry is computed once, and both
         doors ask the same questions in the same order: spec, entry, precision, class.
         """
@@ -218,13 +218,21 @@ class Registry:
             namespace = namespaces[0]
         elif door == "Fabric" and namespace not in namespaces:
             raise ValueError(f"namespace must be one of {namespaces}, got {describe(namespace)}")
-        parsed = parse_spec(spec)
+        parsed = parse_spec(spec, extras_of=self._declared_extras)
         entry = self.entry(parsed.backend)
         check_precision(entry, parsed.precision)
         cls = self._door_class(entry, door)
         from precision_base.namespaces import for_namespace  # torch-free, imported when a plugin is built
 
         return for_namespace(cls, namespace)(parsed.precision, **options)
+
+    def _declared_extras(self, backend: str) -> tuple[str, ...]:
+        """The extra precisions ``backend``'s plugin declares, for the hint of a mistyped precision; none where the
+        backend is not usable."""
+        try:
+            return self.entry(backend).extra_precisions
+        except PrecisionPluginError:
+            return ()
 
     # -- in-process registration and caching -----------------------------------------------------------
     def register(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from precision_base.contract import PrecisionPlugin
-from precision_base.door_table import Door
+from precision_base.doors.table import Door
 from precision_base.errors import InvalidPluginInfoError, PluginLoadError, PrecisionPluginError
 from precision_base.namespaces import FABRIC_NAMESPACES, namespace_of
 from precision_base.registry.discovery import exc_detail

@@ -13,8 +13,10 @@ import contextlib
 import difflib
 import functools
 import importlib
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from precision_base.__about__ import __version__
@@ -34,11 +36,23 @@ from precision_base.spec import PRECISIONS
 if TYPE_CHECKING:
     from importlib import metadata
 
-PUBLISHED_DISTRIBUTIONS: dict[str, str] = {"fsdp": "precision-fsdp", "deepspeed": "precision-deepspeed"}
-"""Backends this project publishes, and the distribution that provides each: only that distribution is ``ok``.
 
-The same pairs as the ``backend`` entries of the package list (``[tool.precision-plugins]`` in the repository's
-``pyproject.toml``); ``tools/tests/test_package_list_consumers.py`` checks that they agree."""
+def published_distributions() -> dict[str, str]:
+    """Backends this project publishes, and the distribution that provides each: only that distribution is ``ok``.
+
+    Read from ``published.json`` beside this module, which every build of precision-base writes from the
+    repository's package list (``[tool.precision-plugins]`` in its ``pyproject.toml``; ``hatch_build.py``), so no
+    backend is named in this code. Empty where the file is absent (precision-base run from a source tree that was
+    never built): then no install line is offered and no distribution is refused as unofficial.
+    """
+    return dict(_published_file())
+
+
+@functools.cache
+def _published_file() -> tuple[tuple[str, str], ...]:
+    path = Path(__file__).with_name("published.json")
+    return tuple(json.loads(path.read_text(encoding="utf-8")).items()) if path.is_file() else ()
+
 
 STATUSES = ("ok", "disabled", "conflict", "broken", "unofficial", "incompatible contract", "requirement missing")
 """Every status a [`PluginEntry`][precision_base.registry.statuses.PluginEntry] can have."""
@@ -175,7 +189,7 @@ def _requirements(c: Candidate, info: PluginInfo) -> tuple[str, ...]:
 
 
 def _unofficial_error(c: Candidate) -> Optional[PrecisionPluginError]:
-    publisher = PUBLISHED_DISTRIBUTIONS.get(c.backend)
+    publisher = published_distributions().get(c.backend)
     if publisher is None or c.origin == IN_PROCESS or canonical_dist(c.distribution) == publisher:
         return None
     return DuplicateBackendError(
@@ -303,7 +317,6 @@ def install_command(distribution: str, extra: str, dist: Optional[metadata.Distr
     was installed editable), a local wheel or sdist its path, a VCS or URL install ``"name[extra] @ url"``; an
     index install (no direct_url.json) ``pip install "precision-fsdp[fp8]"``.
     """
-    import json
     from urllib.parse import unquote, urlparse
 
     if dist is None:
@@ -339,16 +352,16 @@ def unknown_backend_message(backend: str, known: list[str]) -> str:
     what to install."""
     installed = ", ".join(known) if known else "none"
     msg = f"no precision plugin is registered for backend {shorten(backend)}. Installed backends: {installed}."
-    close = difflib.get_close_matches(backend, sorted(set(known) | set(PUBLISHED_DISTRIBUTIONS)), n=1)
+    published = published_distributions()
+    close = difflib.get_close_matches(backend, sorted(set(known) | set(published)), n=1)
     if close and close[0] != backend:
         msg += f" Did you mean {close[0]!r}?"
-    if backend in PUBLISHED_DISTRIBUTIONS:
-        msg += f" To use it, run: pip install {PUBLISHED_DISTRIBUTIONS[backend]}"
+    if backend in published:
+        msg += f" To use it, run: pip install {published[backend]}"
     return msg
 
 
 __all__ = [
-    "PUBLISHED_DISTRIBUTIONS",
     "STATUSES",
     "PluginEntry",
     "check_precision",
@@ -356,5 +369,6 @@ __all__ = [
     "entry_after_info",
     "entry_before_info",
     "install_command",
+    "published_distributions",
     "unknown_backend_message",
 ]

@@ -18,7 +18,7 @@ rank code is [`precision_base.testing.audit_fit`][]). This repository's own test
 the dummy plugin) are in the unpublished workspace package ``precision-testsupport``, not in this package.
 """
 
-from precision_base.lazy import lazy_exports
+from precision_base.kit.lazy import lazy_exports
 
 __all__ = ["FabricPluginConformance", "PluginConformance"]
 

@@ -29,7 +29,7 @@ PRECISION_DTYPE: dict[str, str] = {
 }
 """The dtype each precision computes in (kept torch-free here; the kit checks it against the plugin's table)."""
 
-_NOT_A_PRECISION = ("64-true", "fp8", "BF16-MIXED", "")
+_NOT_A_PRECISION = ("64-true", "int8", "BF16-MIXED", "")
 
 
 def _dtype(name: str) -> Any:
@@ -158,8 +158,9 @@ class ConformanceChecks:
         )
 
     def test_info_and_package_import_nothing_heavy(self) -> None:
-        """Listing must stay cheap: the info module and the package __init__ import no torch/Lightning/DeepSpeed."""
-        from precision_base.import_check import heavy_imports
+        """Listing must stay cheap: the info module and the package __init__ import no torch, no Lightning and nothing
+        else built on torch that the plugin's distribution requires (its backend's engine)."""
+        from precision_base.registry.import_check import heavy_imports
 
         entry = get_entry(self.backend)
         if entry.entry_point:
@@ -169,7 +170,8 @@ class ConformanceChecks:
             assert entry.info is not None, f"backend {self.backend!r} has no PluginInfo"
             module, attr = entry.info.plugin_class.partition(":")[0], ""
             where = f"{self.backend} (package of {entry.info.plugin_class})"
-        problems = heavy_imports(module, attr.strip()).problems(where)
+        distribution = entry.distribution if entry.entry_point else ""  # in-process: a label, not a distribution
+        problems = heavy_imports(module, attr.strip(), distribution=distribution).problems(where)
         assert not problems, "; ".join(problems)
 
     def test_is_a_lightning_precision(self, plugin: Any) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from precision_base.contract import PrecisionPlugin
-from precision_base.doors import door_of
 from precision_base.doors.fabric import fabric_class, resolve_fabric
+from precision_base.doors.identity import door_of
 from precision_base.errors import WrongDoorError
 from precision_base.registry import get_entry, resolve
 from precision_base.registry.classes import lightning_before_mixin
@@ -108,7 +108,7 @@ class FabricPluginConformance(ConformanceChecks):
             refused = str(exc)
         assert refused, (
             f"lightning.fabric.Fabric(plugins=[{trainer_plugin!r}]).setup(...) accepted the Trainer class; its "
-            "convert_module should call precision_base.doors.check_caller(self)"
+            "convert_module should call precision_base.doors.identity.check_caller(self)"
         )
         assert self._declared_fabric_class().replace(":", ".") in refused, f"the message names no class: {refused}"
 

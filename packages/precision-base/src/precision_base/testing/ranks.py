@@ -29,13 +29,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["LaunchError", "leave_rank", "run_ranks", "world_size"]
+from precision_base.errors import LaunchError
+
+__all__ = ["leave_rank", "run_ranks", "world_size"]
 
 _NOT_OURS = ("GROUP_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "SLURM_JOB_NAME")
-
-
-class LaunchError(RuntimeError):
-    """A rank failed, timed out or wrote no result; the message carries the tail of every rank's log."""
 
 
 def _free_port() -> int:

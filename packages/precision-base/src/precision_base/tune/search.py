@@ -145,7 +145,7 @@ def loss_deviation(losses: Sequence[Any], reference: Sequence[Any]) -> tuple[Opt
 
 def default_candidates() -> list[str]:
     """The plugin names the static recommendation says run here: its suggestion, then its alternatives."""
-    from precision_base.recommend import read_machine, recommend
+    from precision_base.tune.recommend import read_machine, recommend
 
     found = recommend(read_machine())
     if found.spec is None:

@@ -1,10 +1,11 @@
 """The bytes of training state one process holds: its parameters, their gradients and its optimizer's state.
 
-A trial ([`precision_base.tune.trial`][]) counts them at the end of the fit, next to the memory figure the machine
-gives (on a CPU the RSS, which also holds the interpreter, the libraries and the activations' high-water mark). Only
-this process's part is counted: a sharded parameter (FSDP2's ``DTensor``, FSDP1's flat parameter, DeepSpeed ZeRO-3's
-partition) by its local shard. Every storage is counted once, so views of one flat buffer (FSDP1, DeepSpeed's
-low-precision groups) and a parameter that is also the optimizer's are not counted twice.
+A trial ([`precision_base.tune.trial`][]) counts them in the last step, just before its optimizer step (the gradients
+and the state of the earlier steps are all there), next to the memory figure the machine gives (on a CPU the RSS, which
+also holds the interpreter, the libraries and the activations' high-water mark). Only this process's part is counted: a
+sharded parameter (FSDP2's ``DTensor``, FSDP1's flat parameter, DeepSpeed ZeRO-3's partition) by its local shard. Every
+storage is counted once, so views of one flat buffer (FSDP1, DeepSpeed's low-precision groups) and a parameter that is
+also the optimizer's are not counted twice.
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ def _forward_with_fp32_parameters(self: Any, *args: Any, **kwargs: Any) -> Any:
     """
     import torch
 
-    from precision_base.keep_fp32 import forward_parameters_swapped
+    from precision_base.kit.keep_fp32 import forward_parameters_swapped
 
     table = self._parameters
     saved = {n: p for n, p in table.items() if p is not None and p.is_floating_point() and p.dtype != torch.float32}

@@ -1,15 +1,15 @@
 """The fence's list: every private or undocumented Lightning, torch or DeepSpeed symbol the package touches, with
 the parameters it relies on. ``tests/test_compat.py`` checks every entry against the installed releases in
 milliseconds and fails with one line naming the symbol that moved. Each entry is a
-[`precision_base.fence.Fenced`][], the shape the FSDP plugin's fence has too.
+[`precision_base.kit.fence.Fenced`][], the shape the FSDP plugin's fence has too.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from precision_base.fence import Fenced
-from precision_base.fence import fenced_problems as _fenced_problems
+from precision_base.kit.fence import Fenced
+from precision_base.kit.fence import fenced_problems as _fenced_problems
 
 
 def _zero3_sets_ds_tensor() -> Optional[str]:

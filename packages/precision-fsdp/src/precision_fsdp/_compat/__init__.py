@@ -13,7 +13,7 @@ touch:
 * `lightning`: Lightning's private attributes and functions the plugin reads, sets or
   routes (input dtype, mesh sizes, ``configure_model`` detection, ``ThroughputMonitor``, the FSDP1-on-CPU check).
 
-Each entry says what it touches and why; `FENCED` lists them all ([`precision_base.fence.Fenced`][], the
+Each entry says what it touches and why; `FENCED` lists them all ([`precision_base.kit.fence.Fenced`][], the
 shape both plugins use), and ``tests/test_compat.py`` checks in milliseconds that each still exists with the shape
 used here, so that a release that moves one fails with a one-line message naming it instead of a broken training
 run. Version switches are chosen by feature detection (does the module have the name?), never by version numbers.
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from precision_base.fence import Fenced
+from precision_base.kit.fence import Fenced
 from precision_fsdp._compat import float8_switch as _float8_switch
 from precision_fsdp._compat import lightning as _lightning
 from precision_fsdp._compat import torch_fsdp as _torch_fsdp

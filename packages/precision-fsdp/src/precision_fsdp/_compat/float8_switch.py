@@ -25,7 +25,7 @@ from typing import Any, Final, Optional
 
 import torch
 
-from precision_base.fence import Fenced
+from precision_base.kit.fence import Fenced
 from precision_fsdp._compat.torch_fsdp import local_tensor
 
 _INNER: Final[tuple[tuple[str, str, str], ...]] = (
@@ -189,7 +189,7 @@ FENCED: Final[tuple[Fenced, ...]] = (
         check=_check_fsdp2_param,
     ),
 )
-"""Every symbol fenced here (``precision_base.fence.Fenced``), checked by ``tests/test_compat.py``."""
+"""Every symbol fenced here (``precision_base.kit.fence.Fenced``), checked by ``tests/test_compat.py``."""
 
 __all__ = [
     "FENCED",

@@ -16,7 +16,7 @@ from typing import Any, Final, Optional
 
 import torch
 
-from precision_base.fence import Fenced
+from precision_base.kit.fence import Fenced
 
 INPUT_DTYPE_ATTR: Final = "_desired_input_dtype"
 """Private attribute of Lightning's ``FSDPPrecision``: the dtype its ``convert_input`` casts to. Set for code that

@@ -11,7 +11,7 @@ from typing import Any, Final, Optional
 import torch
 import torch.distributed.fsdp as _torch_fsdp
 
-from precision_base.fence import Fenced, missing_params
+from precision_base.kit.fence import Fenced, missing_params
 
 # -- version switches -----------------------------------------------------------------------------------------------
 # FSDP2 is public in ``torch.distributed.fsdp`` since torch 2.6; torch 2.4 and 2.5 have it in a private module.

@@ -2,9 +2,9 @@
 
 [`FSDPPrecisionImpl`][precision_fsdp.implementation.FSDPPrecisionImpl] holds the feature of its precision
 ([`feature_for`][precision_fsdp.float8.feature.feature_for]:
-a [`Float8Feature`][precision_fsdp.float8.feature.Float8Feature], or [`precision_base.extra.NO_FEATURE`][] for
+a [`Float8Feature`][precision_fsdp.float8.feature.Float8Feature], or [`precision_base.kit.extra.NO_FEATURE`][] for
 Lightning's five precisions) and calls its
-hooks ([`precision_base.extra.ExtraPrecisionFeature`][]) at fixed points instead of branching on the precision:
+hooks ([`precision_base.kit.extra.ExtraPrecisionFeature`][]) at fixed points instead of branching on the precision:
 
 * ``check_sharding``: FSDP1 is refused (``configure_strategy`` with an ``FSDPStrategy``, ``connect`` with an FSDP1
   model); ``check_machine``: torchao installed and FP8 hardware, or ``fp8_emulate=True``;
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Optional
 
-from precision_base.doors import door_of
-from precision_base.extra import NO_FEATURE, ExtraPrecisionFeature, ExtraPrecisions
+from precision_base.doors.identity import door_of
+from precision_base.kit.extra import NO_FEATURE, ExtraPrecisionFeature, ExtraPrecisions
 from precision_fsdp import _compat
 from precision_fsdp.errors import Float8UnavailableError
 from precision_fsdp.float8 import config

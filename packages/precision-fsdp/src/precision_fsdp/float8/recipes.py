@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from precision_base.extra import ExtraPrecisions
+from precision_base.kit.extra import ExtraPrecisions
 
 FP8_RECIPES: Final[dict[str, str]] = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
 """Our fp8 precision name -> torchao's ``Float8LinearRecipeName`` value."""

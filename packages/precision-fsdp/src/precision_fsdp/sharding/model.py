@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from precision_base import PrecisionPluginWarning
-from precision_base.keep_fp32 import KeepFP32, install_fp32_forward, is_kept
+from precision_base.kit.keep_fp32 import KeepFP32, install_fp32_forward, is_kept
 from precision_fsdp import _compat
 from precision_fsdp.errors import KeepFP32Error
 from precision_fsdp.keep_fp32 import cast_except_kept_

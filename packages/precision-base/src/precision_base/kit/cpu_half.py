@@ -39,7 +39,7 @@ def cpu_half_warning(precision: str, native: Optional[tuple[bool, bool]] = None)
 
 def warn_once_on_cpu(plugin: Any) -> None:
     """Once per plugin, when it is set to compute on a CPU: the warning of
-    [`cpu_half_warning`][precision_base.cpu_half.cpu_half_warning] for its precision, a
+    [`cpu_half_warning`][precision_base.kit.cpu_half.cpu_half_warning] for its precision, a
     [`PrecisionPluginWarning`][precision_base.PrecisionPluginWarning] on rank 0 (Lightning's ``rank_zero_warn`` of
     the plugin's namespace). Called where a plugin learns its device (``connect``, Fabric's first inputs)."""
     if plugin.__dict__.get("_cpu_half_checked") or getattr(plugin, "device_type", None) != "cpu":

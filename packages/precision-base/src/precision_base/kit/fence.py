@@ -1,7 +1,7 @@
 """One shape for the fence of every plugin: a private or undocumented Lightning / torch / DeepSpeed symbol it uses.
 
 Each plugin keeps every such touch point in its own ``_compat`` and lists them there as a tuple of
-[`Fenced`][precision_base.fence.Fenced]
+[`Fenced`][precision_base.kit.fence.Fenced]
 (``FENCED``); its ``tests/test_compat.py`` checks each entry against the installed releases in milliseconds and
 fails with one line naming the symbol that moved. An entry is checked in one of two ways:
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 CHECK_ERRORS: tuple[type[Exception], ...] = (AttributeError, ImportError, TypeError, ValueError, OSError)
-"""What a ``check`` may raise when the symbol moved; [`Fenced.problem`][precision_base.fence.Fenced.problem] turns it
-into the problem line."""
+"""What a ``check`` may raise when the symbol moved; [`Fenced.problem`][precision_base.kit.fence.Fenced.problem] turns
+it into the problem line."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Fenced:
         optional: absent in some supported releases; the plugin detects it and takes another branch, so only its
             signature is checked, where it exists.
         check: instead of the lookup by name: returns ``None`` when the symbol is as expected, else one line saying
-            what changed (an exception in [`CHECK_ERRORS`][precision_base.fence.CHECK_ERRORS] counts as that line).
+            what changed (an exception in [`CHECK_ERRORS`][precision_base.kit.fence.CHECK_ERRORS] counts as that line).
     """
 
     module: str

@@ -26,8 +26,8 @@ PRECISION_DTYPE_NAMES: Final[dict[str, str]] = {
 }
 """Each canonical precision and the torch dtype name it computes in (the low dtype of a ``*-mixed`` precision).
 
-The only precision -> dtype map of the project; [`precision_dtype`][precision_base.plugin_support.precision_dtype] turns
-a name into the ``torch.dtype``.
+The only precision -> dtype map of the project; [`precision_dtype`][precision_base.kit.plugin_support.precision_dtype]
+turns a name into the ``torch.dtype``.
 """
 
 _CUDA_NAMES: Final = frozenset({"cuda", "gpu"})

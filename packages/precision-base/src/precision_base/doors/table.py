@@ -2,7 +2,7 @@
 
 Every module that needs a door fact (which namespaces a door builds plugins for, which ``PluginInfo`` field names
 its class, what the user calls, what Lightning lists in its messages) reads it from
-[`DOORS`][precision_base.door_table.DOORS]. Imports nothing.
+[`DOORS`][precision_base.doors.table.DOORS]. Imports nothing.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ def cast_floating(data: Any, dtype: torch.dtype) -> Any:
 
 
 class _DefaultDtype:
-    """The context manager [`default_dtype`][precision_base.casting.default_dtype] returns (a class: it runs every step,
-    in ``forward_context``)."""
+    """The context manager [`default_dtype`][precision_base.kit.casting.default_dtype] returns (a class: it runs every
+    step, in ``forward_context``)."""
 
     __slots__ = ("_dtype", "_previous")
 

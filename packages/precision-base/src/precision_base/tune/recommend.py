@@ -1,8 +1,8 @@
 """``precision-plugins recommend``: the plugin name to train with on this machine, and why.
 
-[`recommend`][precision_base.recommend.recommend] is pure logic on
-[`MachineFacts`][precision_base.recommend.MachineFacts] (tests inject facts);
-[`read_machine`][precision_base.recommend.read_machine] gathers the
+[`recommend`][precision_base.tune.recommend.recommend] is pure logic on
+[`MachineFacts`][precision_base.tune.recommend.MachineFacts] (tests inject facts);
+[`read_machine`][precision_base.tune.recommend.read_machine] gathers the
 facts (imports torch; the registry reads metadata only). The rules, in order:
 
 * **device**: a CUDA GPU when there is one, else the CPU;
@@ -16,7 +16,7 @@ facts (imports torch; the registry reads metadata only). The rules, in order:
   name).
 
 Nothing here names a backend or a recipe: what a backend offers, needs and trades comes from its plugin's
-[`PluginInfo`][precision_base.PluginInfo], which [`read_machine`][precision_base.recommend.read_machine] reads.
+[`PluginInfo`][precision_base.PluginInfo], which [`read_machine`][precision_base.tune.recommend.read_machine] reads.
 
 Everything that cannot run here, or runs worse than the suggestion, is listed as ruled out with the reason.
 """
@@ -28,14 +28,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from precision_base.cpu_half import CPU_FP16_EMULATED
+from precision_base.kit.cpu_half import CPU_FP16_EMULATED
 
 BF16_CAPABILITY: tuple[int, int] = (8, 0)
 
 
 @dataclass(frozen=True)
 class MachineFacts:
-    """What [`recommend`][precision_base.recommend.recommend] decides on.
+    """What [`recommend`][precision_base.tune.recommend.recommend] decides on.
 
     Attributes:
         cpu_bf16: the CPU computes bfloat16 natively (AVX512-BF16 or AMX).
@@ -93,7 +93,7 @@ class Choice:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """What [`recommend`][precision_base.recommend.recommend] returns.
+    """What [`recommend`][precision_base.tune.recommend.recommend] returns.
 
     Attributes:
         spec: the suggested plugin name, ``None`` when no backend can train here.
@@ -214,10 +214,13 @@ def recommend(facts: MachineFacts) -> Recommendation:
     if backend is None:
         reasons = [_device_line(facts), precision_line]
         if not facts.backends:
-            from precision_base.registry.statuses import PUBLISHED_DISTRIBUTIONS
+            from precision_base.registry.statuses import published_distributions
 
-            names = " (or ".join(PUBLISHED_DISTRIBUTIONS.values()) + ")" * (len(PUBLISHED_DISTRIBUTIONS) - 1)
-            reasons.append(f"backend: none installed that can be used; pip install {names}")
+            dists = list(published_distributions().values())
+            line = "backend: none installed that can be used"
+            if dists:
+                line += "; pip install " + " (or ".join(dists) + ")" * (len(dists) - 1)
+            reasons.append(line)
         else:
             reasons.append(f"backend: no installed backend offers {precision} ({', '.join(order)} installed)")
         return Recommendation(None, tuple(reasons), (), tuple(ruled_out), facts)
@@ -247,8 +250,8 @@ def recommend(facts: MachineFacts) -> Recommendation:
 
 
 def read_machine() -> MachineFacts:
-    """This machine's [`MachineFacts`][precision_base.recommend.MachineFacts]: the CPU's native half types and the first
-    CUDA GPU (torch), and the registry's backends (metadata and info modules only) in their plugins' order of
+    """This machine's [`MachineFacts`][precision_base.tune.recommend.MachineFacts]: the CPU's native half types and the
+    first CUDA GPU (torch), and the registry's backends (metadata and info modules only) in their plugins' order of
     preference, with what their plugins declare of each extra precision."""
     import torch
 

@@ -2,29 +2,28 @@
 
 An extra precision is a name beyond Lightning's five (``fp8-tensorwise``) that behaves like one of them (its *base*,
 ``bf16-mixed``) outside its own feature. A plugin declares each feature's names once, as
-[`ExtraPrecisions`][precision_base.extra.ExtraPrecisions]
+[`ExtraPrecisions`][precision_base.kit.extra.ExtraPrecisions]
 (plain data: its ``_info.py`` reads the same object without torch, so `PluginInfo.extra_precisions` and
 ``precision_extras`` are derived from it), and implements the
-feature as an [`ExtraPrecisionFeature`][precision_base.extra.ExtraPrecisionFeature], whose hooks the plugin's
+feature as an [`ExtraPrecisionFeature`][precision_base.kit.extra.ExtraPrecisionFeature], whose hooks the plugin's
 implementation calls at fixed points instead
 of branching on the precision:
 
-* [`check_sharding`][precision_base.extra.ExtraPrecisionFeature.check_sharding]: the strategy was chosen, or the model's
-  sharding is known (refuse
-  one the feature cannot run on), and [`check_machine`][precision_base.extra.ExtraPrecisionFeature.check_machine]
-  (refuse a machine without the
-  hardware or library the feature needs);
-* [`prepare_model`][precision_base.extra.ExtraPrecisionFeature.prepare_model]: the whole model is seen, before sharding
-  (convert layers);
-* [`check_model`][precision_base.extra.ExtraPrecisionFeature.check_model]: the model is handed to Lightning (refuse one
-  left unprepared);
-* [`describe`][precision_base.extra.ExtraPrecisionFeature.describe]: facts for ``precision-plugins show``;
-* [`table`][precision_base.extra.ExtraPrecisionFeature.table]: the plugin's dtype table, which the feature may annotate.
+* [`check_sharding`][precision_base.kit.extra.ExtraPrecisionFeature.check_sharding]: the strategy was chosen, or the
+  model's sharding is known (refuse one the feature cannot run on), and
+  [`check_machine`][precision_base.kit.extra.ExtraPrecisionFeature.check_machine] (refuse a machine without the hardware
+  or library the feature needs);
+* [`prepare_model`][precision_base.kit.extra.ExtraPrecisionFeature.prepare_model]: the whole model is seen, before
+  sharding (convert layers);
+* [`check_model`][precision_base.kit.extra.ExtraPrecisionFeature.check_model]: the model is handed to Lightning (refuse
+  one left unprepared);
+* [`describe`][precision_base.kit.extra.ExtraPrecisionFeature.describe]: facts for ``precision-plugins show``;
+* [`table`][precision_base.kit.extra.ExtraPrecisionFeature.table]: the plugin's dtype table, which the feature may
+  annotate.
 
-A precision without a feature gets [`NO_FEATURE`][precision_base.extra.NO_FEATURE], whose hooks do nothing. A new extra
-precision of an existing
-feature is one more name in its [`ExtraPrecisions`][precision_base.extra.ExtraPrecisions]; a new feature is one module
-with both objects.
+A precision without a feature gets [`NO_FEATURE`][precision_base.kit.extra.NO_FEATURE], whose hooks do nothing. A new
+extra precision of an existing feature is one more name in its
+[`ExtraPrecisions`][precision_base.kit.extra.ExtraPrecisions]; a new feature is one module with both objects.
 
 Pure Python: importing this module imports none of torch, Lightning and DeepSpeed.
 """
@@ -126,13 +125,13 @@ def base_precision(precision: str, features: Iterable[ExtraPrecisions]) -> str:
 @runtime_checkable
 class ExtraPrecisionFeature(Protocol):
     """What a plugin's implementation calls on the feature of its precision (or on
-    [`NO_FEATURE`][precision_base.extra.NO_FEATURE]).
+    [`NO_FEATURE`][precision_base.kit.extra.NO_FEATURE]).
 
     ``plugin`` is the plugin instance; each hook reads what it needs from it (``plugin.spec``, ...).
     """
 
     declared: Optional[ExtraPrecisions]
-    """The names of the feature, ``None`` for [`NO_FEATURE`][precision_base.extra.NO_FEATURE]."""
+    """The names of the feature, ``None`` for [`NO_FEATURE`][precision_base.kit.extra.NO_FEATURE]."""
 
     def check_sharding(self, plugin: Any, sharding: Any) -> None:
         """Raise when the feature cannot run under ``sharding`` (what the plugin knows of how the model is or will be

@@ -7,10 +7,9 @@ the Trainer
 ``precision/skipped_steps``, ``precision/nonfinite_grad_steps``, ``precision/grad_norm``. A plugin that reports
 nothing (any plugin without ``precision_stats``, Lightning's built-ins included) makes the monitor log nothing.
 
-The class is written once as [`PrecisionMonitorImpl`][precision_base.monitor.PrecisionMonitorImpl] (no Lightning base)
-and built per namespace:
-``precision_base.PrecisionMonitor`` for ``lightning.pytorch``, ``precision_base.pytorch_lightning.PrecisionMonitor``
-for ``pytorch_lightning``.
+The class is written once as [`PrecisionMonitorImpl`][precision_base.callbacks.monitor.PrecisionMonitorImpl] (no
+Lightning base) and built per namespace: ``precision_base.PrecisionMonitor`` for ``lightning.pytorch``,
+``precision_base.pytorch_lightning.PrecisionMonitor`` for ``pytorch_lightning``.
 """
 
 from __future__ import annotations
@@ -90,7 +89,7 @@ class PrecisionMonitorImpl(_CallbackBase):
 
 
 class PrecisionMonitor(PrecisionMonitorImpl, pl.Callback):
-    """[`PrecisionMonitorImpl`][precision_base.monitor.PrecisionMonitorImpl] for ``lightning.pytorch.Trainer``
+    """[`PrecisionMonitorImpl`][precision_base.callbacks.monitor.PrecisionMonitorImpl] for ``lightning.pytorch.Trainer``
     (``precision_base.PrecisionMonitor``).
 
     Example::

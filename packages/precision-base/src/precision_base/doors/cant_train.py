@@ -1,20 +1,16 @@
 """Checks for runs that cannot train: they would run to the end with a flat loss and say nothing.
 
-* [`ReplacedParameters`][precision_base.cant_train.ReplacedParameters] (an optimizer holding parameters that sharding
-  replaced): a snapshot of a model's
-  parameters before a strategy sets it up;
-  [`ReplacedParameters.check`][precision_base.cant_train.ReplacedParameters.check] raises
-  [`StaleOptimizerError`][precision_base.errors.StaleOptimizerError] for an optimizer that still holds one of them
-  once the model holds another. This
-  is what ``fabric.setup(model, optimizer)`` does under FSDP2 (``fully_shard`` replaces every parameter), and a
-  LightningModule whose optimizer was created before ``configure_model`` sharded it. The doors run it: Fabric's
-  ``setup``/``setup_module``/``setup_optimizers`` ([`precision_base.doors.fabric`][]) and the Trainer after
-  ``configure_optimizers`` ([`precision_base.doors.trainer`][]).
-* [`no_gradient_message`][precision_base.cant_train.no_gradient_message]: after a backward, not one trainable parameter
-  of the optimizers has a gradient (a
-  loss cut off from the model); the doors warn with the module names on the first
-  [`GRAD_CHECK_STEPS`][precision_base.cant_train.GRAD_CHECK_STEPS]
-  optimizer steps only.
+* [`ReplacedParameters`][precision_base.doors.cant_train.ReplacedParameters] (an optimizer holding parameters that
+  sharding replaced): a snapshot of a model's parameters before a strategy sets it up;
+  [`ReplacedParameters.check`][precision_base.doors.cant_train.ReplacedParameters.check] raises
+  [`StaleOptimizerError`][precision_base.errors.StaleOptimizerError] for an optimizer that still holds one of them once
+  the model holds another. This is what ``fabric.setup(model, optimizer)`` does under FSDP2 (``fully_shard`` replaces
+  every parameter), and a LightningModule whose optimizer was created before ``configure_model`` sharded it. The doors
+  run it: Fabric's ``setup``/``setup_module``/``setup_optimizers`` ([`precision_base.doors.fabric`][]) and the Trainer
+  after ``configure_optimizers`` ([`precision_base.doors.trainer`][]).
+* [`no_gradient_message`][precision_base.doors.cant_train.no_gradient_message]: after a backward, not one trainable
+  parameter of the optimizers has a gradient (a loss cut off from the model); the doors warn with the module names on
+  the first [`GRAD_CHECK_STEPS`][precision_base.doors.cant_train.GRAD_CHECK_STEPS] optimizer steps only.
 
 Only ``torch.optim.Optimizer`` instances are checked: DeepSpeed's optimizer wrappers hold DeepSpeed's own flat
 partitions, and under ZeRO gradients live in DeepSpeed's buffers, not in ``param.grad``.

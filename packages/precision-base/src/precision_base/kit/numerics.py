@@ -5,9 +5,9 @@ about 6e-8 and smallest normal value 6.1e-5. Adam's default ``eps=1e-8`` is 0 th
 ``sqrt(v) + 0`` and goes inf/NaN as soon as a second moment is 0. The same holds for any small float
 hyperparameter (a tiny ``lr`` or ``weight_decay``). bfloat16 has float32's range, so these values survive there.
 
-[`underflowing_hyperparameters`][precision_base.numerics.underflowing_hyperparameters] finds such values;
-[`underflow_message`][precision_base.numerics.underflow_message] says which group, which value
-and what works instead. [`UnderflowCheck`][precision_base.numerics.UnderflowCheck] gives that warning once per
+[`underflowing_hyperparameters`][precision_base.kit.numerics.underflowing_hyperparameters] finds such values;
+[`underflow_message`][precision_base.kit.numerics.underflow_message] says which group, which value
+and what works instead. [`UnderflowCheck`][precision_base.kit.numerics.UnderflowCheck] gives that warning once per
 parameter group of each optimizer, wherever a plugin calls it: when the strategy connects the optimizers, and before
 each optimizer step (the one call every strategy and both doors make), so no strategy is left out and no run warns
 twice.
@@ -83,7 +83,7 @@ def _group_underflows(optimizer: Any, index: int, group: dict[str, Any]) -> list
 
 
 def underflow_message(spec: str, underflow: Underflow) -> str:
-    """The warning for one [`Underflow`][precision_base.numerics.Underflow] under the plugin named ``spec``."""
+    """The warning for one [`Underflow`][precision_base.kit.numerics.Underflow] under the plugin named ``spec``."""
     u = underflow
     return (
         f"{spec}: {u.optimizer} parameter group {u.group} has {u.name}={u.value:g}, which is 0 in {u.dtype} (the "
@@ -115,7 +115,7 @@ def warn_underflowing_hyperparameters(optimizers: Iterable[Any], spec: str, warn
 
 
 class UnderflowCheck:
-    """[`warn_underflowing_hyperparameters`][precision_base.numerics.warn_underflowing_hyperparameters], once per
+    """[`warn_underflowing_hyperparameters`][precision_base.kit.numerics.warn_underflowing_hyperparameters], once per
     parameter group of each optimizer: a plugin calls it wherever it sees the optimizers (``connect``, and before
     every optimizer step, which every strategy and both doors go through). A group is checked the first time it holds
     floating parameters, then never again, so a run warns once; the next run's optimizer (a new object) is checked

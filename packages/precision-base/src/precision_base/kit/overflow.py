@@ -4,10 +4,10 @@ A step is *skipped* when the gradients held inf or NaN and the optimizer did not
 (``GradScaler`` under FSDP ``16-mixed``, DeepSpeed's dynamic loss scaler in its fp16 mode), and so do the finite-
 gradient checks (FSDP's ``check_finite_grads=True``, DeepSpeed's bf16 ``check_grad_overflow``). A model whose
 gradients are never finite (a NaN in the weights, an exploding loss) would skip every step while training seems to
-run. [`OverflowWatch`][precision_base.overflow.OverflowWatch] counts skipped steps in a row: it warns once
+run. [`OverflowWatch`][precision_base.kit.overflow.OverflowWatch] counts skipped steps in a row: it warns once
 (``RuntimeWarning``) at half the limit and
 raises [`OverflowStormError`][precision_base.errors.OverflowStormError] at the limit. Both plugins default to
-[`DEFAULT_MAX_SKIPPED_STEPS`][precision_base.overflow.DEFAULT_MAX_SKIPPED_STEPS]; ``None``
+[`DEFAULT_MAX_SKIPPED_STEPS`][precision_base.kit.overflow.DEFAULT_MAX_SKIPPED_STEPS]; ``None``
 switches the watch off.
 
 Pure Python (no torch): ``import precision_base`` stays light. How a plugin learns that a step was skipped is its
@@ -93,13 +93,13 @@ class OverflowWatch:
     def after_scaled_step(self, before: float, after: float, spec: str) -> None:
         """Record one optimizer step through a loss scaler: skipped when the scale fell (``after < before``, the
         scaler backed off for inf/NaN gradients); ``after`` is the scale now. Raises and warns as
-        [`after_step`][precision_base.overflow.OverflowWatch.after_step]."""
+        [`after_step`][precision_base.kit.overflow.OverflowWatch.after_step]."""
         self.after_step(after < before, after, spec)
 
     def stats(self, at_least: float = 0.0) -> dict[str, float]:
         """The watch's part of a plugin's ``precision_stats``: see
-        [`skipped_stats`][precision_base.overflow.skipped_stats] (the count is the larger of
-        [`skipped_total`][precision_base.overflow.OverflowWatch.skipped_total] and ``at_least``, e.g. the count the
+        [`skipped_stats`][precision_base.kit.overflow.skipped_stats] (the count is the larger of
+        [`skipped_total`][precision_base.kit.overflow.OverflowWatch.skipped_total] and ``at_least``, e.g. the count the
         backend keeps itself)."""
         return skipped_stats(max(float(self.skipped_total), float(at_least)))
 

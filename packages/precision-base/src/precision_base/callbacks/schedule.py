@@ -18,10 +18,9 @@ checkpoint written after a switch switches the plugin back to that precision whi
 which Lightning does before the precision plugin's own state (``on_load_checkpoint``), so the plugin sees the
 precision it saved. Resuming with another schedule than the checkpoint's is an error.
 
-Written once as [`PrecisionScheduleImpl`][precision_base.schedule.PrecisionScheduleImpl] (no Lightning base) and built
-per namespace:
-``precision_base.PrecisionSchedule`` for ``lightning.pytorch``, ``precision_base.pytorch_lightning.PrecisionSchedule``
-for ``pytorch_lightning``.
+Written once as [`PrecisionScheduleImpl`][precision_base.callbacks.schedule.PrecisionScheduleImpl] (no Lightning base)
+and built per namespace: ``precision_base.PrecisionSchedule`` for ``lightning.pytorch``,
+``precision_base.pytorch_lightning.PrecisionSchedule`` for ``pytorch_lightning``.
 """
 
 from __future__ import annotations
@@ -155,12 +154,11 @@ class PrecisionScheduleImpl(_CallbackBase):
         switched_at: ``{step: spec}`` of the switches this callback made in this process.
 
     Raises:
-        PrecisionScheduleError: here for the schedule's shape ([`parse`][precision_base.schedule.parse]); at ``setup``
-            for everything that
-            depends on the Trainer: the first entry is not the Trainer's plugin, another backend, fractions without
-            ``max_steps``, steps that do not increase or come too late, a precision the plugin does not offer, a
-            plugin without precision switches, or a switch the plugin refuses (its reason is quoted); when a
-            checkpoint with another schedule is resumed.
+        PrecisionScheduleError: here for the schedule's shape ([`parse`][precision_base.callbacks.schedule.parse]); at
+            ``setup`` for everything that depends on the Trainer: the first entry is not the Trainer's plugin, another
+            backend, fractions without ``max_steps``, steps that do not increase or come too late, a precision the
+            plugin does not offer, a plugin without precision switches, or a switch the plugin refuses (its reason is
+            quoted); when a checkpoint with another schedule is resumed.
     """
 
     def __init__(self, schedule: Mapping[Key, str]) -> None:
@@ -269,8 +267,8 @@ class PrecisionScheduleImpl(_CallbackBase):
 
 
 class PrecisionSchedule(PrecisionScheduleImpl, pl.Callback):
-    """[`PrecisionScheduleImpl`][precision_base.schedule.PrecisionScheduleImpl] for ``lightning.pytorch.Trainer``
-    (``precision_base.PrecisionSchedule``).
+    """[`PrecisionScheduleImpl`][precision_base.callbacks.schedule.PrecisionScheduleImpl] for
+    ``lightning.pytorch.Trainer`` (``precision_base.PrecisionSchedule``).
 
     Example::
 

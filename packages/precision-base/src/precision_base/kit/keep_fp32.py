@@ -3,7 +3,7 @@
 ``keep_fp32=("lm_head", torch.nn.LayerNorm)`` names *kept* modules by qualified-name pattern or by class. Patterns
 match the end of a module's qualified name, dot-separated, with ``fnmatch`` wildcards: ``"lm_head"`` matches
 ``lm_head`` and ``model.lm_head``; ``"layers.*.norm"`` matches ``model.layers.3.norm``. A class matches its instances
-(subclasses too). Inside a kept module ([`install_fp32_forward`][precision_base.keep_fp32.install_fp32_forward])
+(subclasses too). Inside a kept module ([`install_fp32_forward`][precision_base.kit.keep_fp32.install_fp32_forward])
 ``torch.autocast`` is off and floating inputs
 are cast to float32, so it computes in float32. What else a plugin does for kept modules (parameter dtype, sharding,
 gradient reduction) is the plugin's: see ``precision_fsdp.keep_fp32`` and ``precision_deepspeed.keep_fp32``.
@@ -11,13 +11,13 @@ gradient reduction) is the plugin's: see ``precision_fsdp.keep_fp32`` and ``prec
 Besides the user's entries, two **default rules** (each off unless the plugin turns it on) make modules kept:
 
 * ``running_stats=True``: every layer whose running statistics are float buffers of its own
-  ([`has_float_running_stats`][precision_base.keep_fp32.has_float_running_stats]: ``BatchNorm1d/2d/3d``,
+  ([`has_float_running_stats`][precision_base.kit.keep_fp32.has_float_running_stats]: ``BatchNorm1d/2d/3d``,
   ``SyncBatchNorm``, the lazy variants, ``InstanceNorm*``
   with ``track_running_stats=True``, and any module built like them). Under ``*-mixed`` their weight would be
   all-gathered or cast to fp16/bf16 while the running statistics stay float32, and the first forward fails with
   ``RuntimeError: expected scalar type BFloat16 but found Float``; kept, they run in float32 with float32 stats.
 * ``hf_dtype=torch.float16`` / ``torch.bfloat16``: Hugging Face models' declared float32 modules
-  ([`hf_keep_in_fp32`][precision_base.keep_fp32.hf_keep_in_fp32]): ``_keep_in_fp32_modules`` when the low dtype is
+  ([`hf_keep_in_fp32`][precision_base.kit.keep_fp32.hf_keep_in_fp32]): ``_keep_in_fp32_modules`` when the low dtype is
   float16 and
   ``_keep_in_fp32_modules_strict`` for float16 and bfloat16, as transformers itself applies them when it loads a
   model in that dtype. Their names are matched like patterns, relative to the model that declares them (``"wo"``
@@ -33,14 +33,14 @@ from typing import Any, Optional, Union
 
 import torch
 
-from precision_base.casting import cast_floating
+from precision_base.kit.casting import cast_floating
 
 KeepSpec = Union[str, type[torch.nn.Module]]
 """One ``keep_fp32`` entry: a qualified-name pattern or a module class."""
 
 _PENDING = "_precision_keep_fp32_entry"
-"""Attribute set by [`KeepFP32.mark`][precision_base.keep_fp32.KeepFP32.mark] on a kept module found from the model's
-root (value: the entry)."""
+"""Attribute set by [`KeepFP32.mark`][precision_base.kit.keep_fp32.KeepFP32.mark] on a kept module found from the
+model's root (value: the entry)."""
 
 _MARK = "_precision_keep_fp32"
 """Attribute set on a kept module once its hooks are installed (value: the matching entry)."""
@@ -65,7 +65,7 @@ class KeepFP32:
     ) -> None:
         self.running_stats = running_stats
         """Default rule: modules with float running-statistics buffers are kept
-        ([`has_float_running_stats`][precision_base.keep_fp32.has_float_running_stats])."""
+        ([`has_float_running_stats`][precision_base.kit.keep_fp32.has_float_running_stats])."""
         self.hf_dtype = hf_dtype
         """Default rule: Hugging Face ``_keep_in_fp32_modules(_strict)`` for this low dtype (``None``: off)."""
         self._default_entries: set[str] = set()
@@ -95,8 +95,8 @@ class KeepFP32:
         return bool(self) or self.running_stats or self.hf_dtype in (torch.float16, torch.bfloat16)
 
     def is_default(self, entry: str) -> bool:
-        """Whether ``entry`` (as [`kept`][precision_base.keep_fp32.KeepFP32.kept] reports it) comes from a default rule,
-        not from the user's entries."""
+        """Whether ``entry`` (as [`kept`][precision_base.kit.keep_fp32.KeepFP32.kept] reports it) comes from a default
+        rule, not from the user's entries."""
         return entry in self._default_entries
 
     def describe_defaults(self) -> list[str]:
@@ -124,7 +124,7 @@ class KeepFP32:
 
     def match(self, name: str, module: torch.nn.Module) -> Optional[str]:
         """The entry that makes ``module`` (qualified name ``name``) kept, as text, or ``None``. A module marked by
-        [`mark`][precision_base.keep_fp32.KeepFP32.mark] is kept whatever name it is seen under later."""
+        [`mark`][precision_base.kit.keep_fp32.KeepFP32.mark] is kept whatever name it is seen under later."""
         marked: Optional[str] = getattr(module, _PENDING, None)
         if marked is not None:
             return marked
@@ -280,7 +280,7 @@ def watch_forward_parameters(callback: Callable[[torch.nn.Module], None]) -> Cal
 
 
 def forward_parameters_swapped(module: torch.nn.Module) -> None:
-    """Tell every [`watch_forward_parameters`][precision_base.keep_fp32.watch_forward_parameters] callback that
+    """Tell every [`watch_forward_parameters`][precision_base.kit.keep_fp32.watch_forward_parameters] callback that
     ``module``'s forward now holds the parameters it
     computes with; call it inside ``forward``, right after the swap."""
     for callback in list(_FORWARD_PARAMETER_WATCHERS.values()):

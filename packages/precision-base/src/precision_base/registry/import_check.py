@@ -1,8 +1,9 @@
 """Which heavy libraries a plugin's info module and package ``__init__`` import, checked in a fresh interpreter.
 
-Listing plugins must stay cheap: a plugin whose info module or package ``__init__`` imports torch, Lightning or
-DeepSpeed makes every ``precision-plugins list`` (and every import of its package) pay for them. ``doctor`` and the
-conformance kit report it with [`heavy_imports`][precision_base.import_check.heavy_imports].
+Listing plugins must stay cheap: a plugin whose info module or package ``__init__`` imports torch, Lightning or a
+library its backend needs (what its distribution requires) makes every ``precision-plugins list`` (and every import
+of its package) pay for them. ``doctor`` and the
+conformance kit report it with [`heavy_imports`][precision_base.registry.import_check.heavy_imports].
 """
 
 from __future__ import annotations
@@ -13,14 +14,36 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-HEAVY_MODULES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed")
-"""Top-level modules an info module or a plugin package's ``__init__`` must not import."""
+HEAVY_MODULES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric")
+"""Top-level modules no info module or plugin package ``__init__`` may import; to these
+[`heavy_imports`][precision_base.registry.import_check.heavy_imports] adds the modules of every distribution built on
+torch that the plugin's own distribution requires at run time (a backend's engine, such as DeepSpeed for
+precision-deepspeed)."""
 
 _SCRIPT = """
 import importlib, json, sys
 from precision_base.registry.loading import load_object
 
 heavy = sys.argv[3].split(",")
+if sys.argv[4]:  # the plugin's distribution: what it requires that is built on torch is heavy too
+    import re
+    from importlib import metadata
+
+    def norm(name):
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    def run_time(dist):
+        try:
+            lines = metadata.requires(dist) or ()
+        except metadata.PackageNotFoundError:
+            return set()
+        return {norm(re.split(r"[\\s;<>=!~\\[(]", line, maxsplit=1)[0]) for line in lines
+                if "extra" not in line.partition(";")[2]}
+
+    needs = {d for d in run_time(sys.argv[4]) if d == "torch" or "torch" in run_time(d)}
+    for top, dists in sorted(metadata.packages_distributions().items()):
+        if top not in heavy and not top.startswith("_") and any(norm(d) in needs for d in dists):
+            heavy.append(top)
 result = {"info": [], "package": [], "error": ""}
 try:
     if sys.argv[2]:
@@ -54,14 +77,16 @@ class HeavyImports:
         return out
 
 
-def heavy_imports(module: str, attribute: str = "", timeout: float = 120.0) -> HeavyImports:
+def heavy_imports(module: str, attribute: str = "", timeout: float = 120.0, distribution: str = "") -> HeavyImports:
     """Load ``module:attribute`` (as listing does) and then ``module``'s top-level package, in a new interpreter.
 
-    With an empty ``attribute`` only the top-level package of ``module`` is imported.
+    With an empty ``attribute`` only the top-level package of ``module`` is imported. Heavy are
+    [`HEAVY_MODULES`][precision_base.registry.import_check.HEAVY_MODULES] and, given the plugin's ``distribution``,
+    the top-level modules of each distribution it requires at run time (not its extras) that requires torch.
     """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # what this interpreter sees
     proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, module, attribute, ",".join(HEAVY_MODULES)],
+        [sys.executable, "-c", _SCRIPT, module, attribute, ",".join(HEAVY_MODULES), distribution],
         env=env,
         capture_output=True,
         text=True,

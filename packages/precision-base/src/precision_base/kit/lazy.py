@@ -3,7 +3,7 @@
 A package whose public names need torch or Lightning (``precision_base.Trainer``, ``precision_fsdp.FSDPPrecision``)
 lists them with the module that defines each; the first access imports that module::
 
-    __getattr__, __dir__ = lazy_exports(__name__, {"Trainer": "precision_base.trainer"})
+    __getattr__, __dir__ = lazy_exports(__name__, {"Trainer": "precision_base.doors.trainer_class"})
 
 Imports nothing.
 """

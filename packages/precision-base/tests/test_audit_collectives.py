@@ -42,6 +42,28 @@ def test_the_tap_records_dtype_and_bytes_of_each_call_then_restores(group: None)
     assert {name: getattr(dist, name) for name in originals} == originals
 
 
+def test_a_reference_an_engine_keeps_elsewhere_is_recorded_as_its_plugin_names_it(group: None) -> None:
+    """What a plugin's ``audit_collectives`` returns: an engine object holding its own reference to a collective
+    (as DeepSpeed's comm layer does), called past ``torch.distributed``'s module attribute."""
+
+    class Engine:
+        def __init__(self) -> None:
+            self.gather = dist.all_gather_into_tensor
+
+    engine = Engine()
+    original = engine.gather
+    tap = CollectiveTap()
+    tap.install([(engine, "gather", "all_gather_into_tensor")])
+    engine.gather(torch.empty(4, dtype=torch.bfloat16), torch.ones(4, dtype=torch.bfloat16))
+    tap.remove()
+    assert [(c.name, str(c.dtype), c.nbytes) for c in tap.calls] == [("all_gather_into_tensor", "torch.bfloat16", 8)]
+    assert engine.gather is original
+    refused = CollectiveTap()
+    with pytest.raises(ValueError, match="audit_collectives names 'send', which is not one of"):
+        refused.install([(engine, "gather", "send")])
+    assert refused._saved == [], "nothing is wrapped when a name is refused"
+
+
 def test_a_wrapped_call_inside_another_is_recorded_once(group: None) -> None:
     import torch.distributed.distributed_c10d as c10d
 

@@ -34,18 +34,6 @@ def torch_dispatch_mode() -> type:
     return module.TorchDispatchMode  # type: ignore[no-any-return]
 
 
-def deepspeed_comm_backend() -> Any:
-    """DeepSpeed's communication backend object, or ``None`` when DeepSpeed is not imported or not initialised.
-
-    Private in DeepSpeed: the module global ``deepspeed.comm.comm.cdb`` (a ``TorchBackend``), whose
-    ``all_gather_function`` / ``reduce_scatter_function`` attributes hold ``torch.distributed`` callables cached when
-    it was created. Looked up in ``sys.modules`` only: the audit never imports DeepSpeed.
-    """
-    import sys
-
-    return getattr(sys.modules.get("deepspeed.comm.comm"), "cdb", None)
-
-
 def cpu_native_half() -> tuple[bool, bool]:
     """Whether this CPU computes bfloat16 and float16 natively (``(bf16, fp16)``), for ``precision-plugins recommend``.
 

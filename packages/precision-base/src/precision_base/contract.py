@@ -400,6 +400,18 @@ class PrecisionPlugin:
         """Extra facts for ``precision-plugins show`` (e.g. a DeepSpeed config section). Empty by default."""
         return {}
 
+    def audit_collectives(self) -> tuple[tuple[Any, str, str], ...]:
+        """Where the backend's engine keeps ``torch.distributed`` collectives of its own, for the audit to record.
+
+        Optional: the default is none. The audit ([`precision_base.audit`][]) wraps ``torch.distributed``'s functions
+        while it records; an engine that took a reference to one of them when it started (DeepSpeed's comm layer
+        does) calls it past those wrappers. Each ``(owner, attribute, collective)`` names such a reference,
+        ``getattr(owner, attribute)``, and the ``torch.distributed`` function it is (``"all_gather_into_tensor"``,
+        ``"reduce_scatter_tensor"``, ...: a name in [`GATHERS`][precision_base.audit.collectives.GATHERS] or
+        [`REDUCTIONS`][precision_base.audit.collectives.REDUCTIONS]). Asked when the audit starts recording.
+        """
+        return ()
+
     def precision_stats(self, strategy: Any = None) -> Mapping[str, float]:
         """Numbers about the numerics of training so far, for [`precision_base.PrecisionMonitor`][] to log.
 

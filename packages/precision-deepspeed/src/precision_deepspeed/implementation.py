@@ -159,6 +159,12 @@ class DeepSpeedPrecisionImpl(DeepSpeedStepsImpl):
         return merge_precision_section(user_config, self.precision_section(), owner=self.spec)
 
     @override
+    def audit_collectives(self) -> tuple[tuple[Any, str, str], ...]:
+        """The all-gather and reduce-scatter DeepSpeed's comm layer cached when it started (ZeRO calls those, past
+        ``torch.distributed``'s module attributes): the audit records them too."""
+        return _compat.cached_collectives()
+
+    @override
     def describe(self) -> Mapping[str, Any]:
         """For ``precision-plugins show``: the DeepSpeed config section this plugin writes, and ``keep_fp32``."""
         facts: dict[str, Any] = {"DeepSpeed config section": self.precision_section()}

@@ -7,9 +7,10 @@ Which callables are wrapped, and why there (each is restored by
   ``dist.reduce_scatter_single(...)``, ``dist.all_reduce(...)`` through the module attribute, and older torch
   releases as ``dist.all_gather_into_tensor`` / ``dist.reduce_scatter_tensor``);
 * the same functions of ``torch.distributed.distributed_c10d`` (DeepSpeed's comm layer calls some of them there);
-* the callables DeepSpeed's comm backend cached when it was created (``deepspeed.comm.comm.cdb.all_gather_function``
-  and ``reduce_scatter_function`` hold ``torch.distributed.all_gather_into_tensor`` / ``reduce_scatter_tensor``
-  themselves, so wrapping the module attribute alone would miss ZeRO's all-gathers).
+* the references to those functions a backend's engine keeps elsewhere, as its plugin names them
+  ([`audit_collectives`][precision_base.contract.PrecisionPlugin.audit_collectives]: DeepSpeed's comm layer caches
+  ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` when it starts, so wrapping the module attribute alone
+  would miss ZeRO's all-gathers).
 
 A call made while another recorded call is running (a wrapper calling a wrapped function) is recorded once, at the
 outermost level. Collectives issued from C++ (DDP's ``Reducer``) do not pass through Python and are not seen.
@@ -18,13 +19,11 @@ outermost level. Collectives issued from C++ (DDP's ``Reducer``) do not pass thr
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
-
-from precision_base._compat import deepspeed_comm_backend
 
 REDUCTIONS: Final[tuple[str, ...]] = (
     "all_reduce",
@@ -48,11 +47,6 @@ GATHERS: Final[tuple[str, ...]] = (
 """Collectives that move values without reducing (compared with the dtype of the parameters' forward copy)."""
 
 _MARK: Final[str] = "__precision_audit_wrapper__"
-
-_CACHED: Final[dict[str, str]] = {
-    "all_gather_function": "all_gather_into_tensor",
-    "reduce_scatter_function": "reduce_scatter_tensor",
-}
 
 
 @dataclass(frozen=True)
@@ -125,9 +119,15 @@ class CollectiveTap:
         self._saved.append((owner, attribute, original))
         setattr(owner, attribute, self._wrap(name, original))
 
-    def install(self) -> None:
+    def install(self, elsewhere: Iterable[tuple[Any, str, str]] = ()) -> None:
         """Wrap every collective named in [`REDUCTIONS`][precision_base.audit.collectives.REDUCTIONS] and
-        [`GATHERS`][precision_base.audit.collectives.GATHERS] that exists here."""
+        [`GATHERS`][precision_base.audit.collectives.GATHERS] that exists here, and each reference ``elsewhere``
+        names (``(owner, attribute, collective)``, from the plugin's
+        [`audit_collectives`][precision_base.contract.PrecisionPlugin.audit_collectives])."""
+        references = list(elsewhere)
+        unknown = [name for _, _, name in references if name not in REDUCTIONS + GATHERS]
+        if unknown:  # checked before anything is wrapped
+            raise ValueError(f"audit_collectives names {unknown[0]!r}, which is not one of {REDUCTIONS + GATHERS}")
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
 
@@ -135,11 +135,9 @@ class CollectiveTap:
             for owner in (dist, c10d):
                 if hasattr(owner, name):
                     self._patch(owner, name, name)
-        backend = deepspeed_comm_backend()
-        if backend is not None:
-            for attribute, name in _CACHED.items():
-                if callable(getattr(backend, attribute, None)):
-                    self._patch(backend, attribute, name)
+        for owner, attribute, name in references:
+            if callable(getattr(owner, attribute, None)):
+                self._patch(owner, attribute, name)
 
     def remove(self) -> None:
         """Put every wrapped callable back (in reverse order, so a doubly saved one ends as the original)."""

@@ -234,6 +234,8 @@ class Recorder:
         """Install every hook and start recording."""
         if self.installed:
             return
+        asked = getattr(self.plugin, "audit_collectives", None)  # a plugin without the contract's class: none
+        self.tap.install(asked() if callable(asked) else ())  # first: a refused reference leaves nothing installed
         kept_roots = [name for name, m in self.model.named_modules() if is_kept(m)]
         kept_params = {id(p) for name, m in self.model.named_modules() if is_kept(m) for p in m.parameters()}
         for name, module in self.model.named_modules():
@@ -251,7 +253,6 @@ class Recorder:
 
         self._handles.append(_Unwatch(watch_forward_parameters(swapped)))
         self._wrap_convert_input()
-        self.tap.install()
         self.installed = self.recording = True
 
     def stop_recording(self) -> None:

@@ -115,6 +115,26 @@ def engine_grad_norm(engine: Any) -> Optional[float]:
     return None if norm is None else float(norm)
 
 
+_CACHED_COLLECTIVES = {
+    "all_gather_function": "all_gather_into_tensor",
+    "reduce_scatter_function": "reduce_scatter_tensor",
+}
+
+
+def cached_collectives() -> tuple[tuple[Any, str, str], ...]:
+    """The ``torch.distributed`` collectives DeepSpeed's comm layer cached when it started, as
+    ``(owner, attribute, collective)`` for the audit: the module global ``deepspeed.comm.comm.cdb`` (a
+    ``TorchBackend``) holds ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` as ``all_gather_function`` /
+    ``reduce_scatter_function``, which ZeRO calls. Empty before DeepSpeed's group is started. Looked up in
+    ``sys.modules`` only: nothing is imported."""
+    import sys
+
+    backend = getattr(sys.modules.get("deepspeed.comm.comm"), "cdb", None)
+    if backend is None:
+        return ()
+    return tuple((backend, attribute, name) for attribute, name in _CACHED_COLLECTIVES.items())
+
+
 def zero3_partition_dtypes(module: Any) -> set[Any]:
     """The dtypes of the ZeRO-3 partitions (each parameter's ``ds_tensor``, set by ``deepspeed.zero.Init``) of
     ``module``'s parameters; empty when none is partitioned."""

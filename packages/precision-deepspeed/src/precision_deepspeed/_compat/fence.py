@@ -21,6 +21,18 @@ def _zero3_sets_ds_tensor() -> Optional[str]:
     return None if ".ds_tensor = " in inspect.getsource(partition_parameters) else "no longer sets param.ds_tensor"
 
 
+def _torch_backend_caches_collectives() -> Optional[str]:
+    """DeepSpeed's ``TorchBackend`` still keeps the collectives it calls as ``all_gather_function`` and
+    ``reduce_scatter_function`` (what the audit wraps, through ``cached_collectives``)."""
+    import importlib
+    import inspect
+
+    backend = importlib.import_module("deepspeed.comm.torch").TorchBackend  # the package's `torch` attribute is torch
+    source = inspect.getsource(backend.__init__)
+    missing = [a for a in ("self.all_gather_function =", "self.reduce_scatter_function =") if a not in source]
+    return f"TorchBackend.__init__ no longer sets {', '.join(missing)}" if missing else None
+
+
 _LDS = "lightning.pytorch.strategies.deepspeed"
 _LDP = "lightning.pytorch.plugins.precision.deepspeed"
 _FDS = "lightning.fabric.strategies.deepspeed"
@@ -156,6 +168,13 @@ FENCED: tuple[Fenced, ...] = (
         "param.ds_tensor",
         why="refuse ZeRO-3 parameters partitioned in another dtype (zero3_partition_dtypes)",
         check=_zero3_sets_ds_tensor,
+    ),
+    Fenced("deepspeed.comm.comm", "cdb", None, "the audit records ZeRO's collectives (cached_collectives)"),
+    Fenced(
+        "deepspeed.comm.torch",
+        "TorchBackend.__init__",
+        why="the audit wraps the collectives it caches (cached_collectives)",
+        check=_torch_backend_caches_collectives,
     ),
     Fenced("deepspeed.ops.op_builder.builder", "OpBuilder._loaded_ops", None, "CPU op build notice: loaded already"),
     Fenced("deepspeed.ops", "__compatible_ops__", None, "CPU op build notice: DeepSpeed builds only compatible ops"),

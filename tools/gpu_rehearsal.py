@@ -108,6 +108,7 @@ def problems(node_dir: Path, kit: Path, done: subprocess.CompletedProcess[str], 
     """What would stop the node run, one line each (see the module's docstring, step 3). ``checks``: the target's
     own check commands (``git --version``: the node says whether git is there), which may call git."""
     from tools.gpu_kit import NODE_RUN
+    from tools.packages import packages
 
     found = []
     if done.returncode != 0:
@@ -121,7 +122,7 @@ def problems(node_dir: Path, kit: Path, done: subprocess.CompletedProcess[str], 
     for name, where in locations.items():
         if not Path(where).resolve().is_relative_to(site):
             found.append(f"{name} is imported from {where}, not from the kit's {site}")
-    for backend in ("fsdp", "deepspeed"):
+    for backend in [p.backend for p in packages().values() if p.backend]:  # the package list's order
         if not re.search(rf"^{backend}\s.*\sok\s", listing, re.MULTILINE):
             found.append(f"precision-plugins list does not show {backend} as ok from the kit:\n{listing}")
     limits = caps(NODE_SCRIPT.read_text(encoding="utf-8"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
@@ -26,17 +26,15 @@ except ImportError:  # Python 3.10: hatchling itself depends on tomli there
 CATALOG = Path("src", "precision_base", "registry", "published.json")
 
 
-def _holds_the_list(path: Path) -> bool:
-    """Whether ``path`` is the repository's root ``pyproject.toml`` (a built sdist has none two folders up)."""
+def published(repository_pyproject: Path) -> Optional[dict[str, str]]:
+    """``{backend: distribution}`` of the package list's published plugins; ``None`` where ``repository_pyproject``
+    is not the repository's root ``pyproject.toml`` (a built sdist has none two folders up)."""
     try:
-        return "precision-plugins" in tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {})
+        table = tomllib.loads(repository_pyproject.read_text(encoding="utf-8")).get("tool", {}).get("precision-plugins")
     except (OSError, tomllib.TOMLDecodeError):
-        return False
-
-
-def published(repository_pyproject: Path) -> dict[str, str]:
-    """``{backend: distribution}`` of the package list's published plugins."""
-    table = tomllib.loads(repository_pyproject.read_text(encoding="utf-8"))["tool"]["precision-plugins"]
+        return None
+    if table is None:
+        return None
     return {
         row["backend"]: row["dist"]
         for row in table["packages"]
@@ -51,7 +49,7 @@ class PublishedBackendsHook(BuildHookInterface):  # type: ignore[type-arg]
         root = Path(self.root)
         target = root / CATALOG
         repository = root.parent.parent / "pyproject.toml"
-        listed = published(repository) if _holds_the_list(repository) else None
+        listed = published(repository)
         if listed is not None:
             text = json.dumps(listed, indent=1) + "\n"  # the package list's order
             if not target.is_file() or target.read_text(encoding="utf-8") != text:

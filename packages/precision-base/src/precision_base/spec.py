@@ -110,18 +110,14 @@ def _suggest_precision(text: str, extras: Sequence[str] = ()) -> str:
     if formats:  # the format of an extra precision the backend declares, without its recipe
         if len(formats) == 1:
             return f" (did you mean {formats[0]!r}, an extra precision this backend offers?)"
-        return f" (did you mean one of the extra precisions this backend offers: {_either(formats)}?)"
+        listed = ", ".join(map(repr, formats[:-1])) + f" or {formats[-1]!r}"
+        return f" (did you mean one of the extra precisions this backend offers: {listed}?)"
     close = difflib.get_close_matches(lowered, PRECISIONS, n=1, cutoff=0.6)
     if close:
         return f" (did you mean {close[0]!r}?)"
     if _FORMAT_RE.match(lowered):
         return " (an extra precision is named '<format>-<recipe>'; 'precision-plugins list' shows each backend's)"
     return ""
-
-
-def _either(names: Sequence[str]) -> str:
-    quoted = [repr(n) for n in names]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def _plain(value: object) -> Union[str, int, None]:

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from precision_base.registry.discovery import canonical_dist
+
 HEAVY_MODULES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric")
 """Top-level modules no info module or plugin package ``__init__`` may import; to these
 [`heavy_imports`][precision_base.registry.import_check.heavy_imports] adds the modules of every distribution built on
@@ -25,25 +27,6 @@ import importlib, json, sys
 from precision_base.registry.loading import load_object
 
 heavy = sys.argv[3].split(",")
-if sys.argv[4]:  # the plugin's distribution: what it requires that is built on torch is heavy too
-    import re
-    from importlib import metadata
-
-    def norm(name):
-        return re.sub(r"[-_.]+", "-", name).lower()
-
-    def run_time(dist):
-        try:
-            lines = metadata.requires(dist) or ()
-        except metadata.PackageNotFoundError:
-            return set()
-        return {norm(re.split(r"[\\s;<>=!~\\[(]", line, maxsplit=1)[0]) for line in lines
-                if "extra" not in line.partition(";")[2]}
-
-    needs = {d for d in run_time(sys.argv[4]) if d == "torch" or "torch" in run_time(d)}
-    for top, dists in sorted(metadata.packages_distributions().items()):
-        if top not in heavy and not top.startswith("_") and any(norm(d) in needs for d in dists):
-            heavy.append(top)
 result = {"info": [], "package": [], "error": ""}
 try:
     if sys.argv[2]:
@@ -55,6 +38,35 @@ except BaseException as exc:
     result["error"] = f"{type(exc).__name__}: {exc}"[:500]
 print(json.dumps(result))
 """
+
+
+def _run_time_requirements(distribution: str) -> set[str]:
+    """The canonical names of what ``distribution`` requires at run time (its extras' lines left out)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    try:
+        lines = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return set()
+    reqs = [Requirement(line) for line in lines]
+    return {canonical_dist(r.name) for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})}
+
+
+def torch_built(distribution: str) -> tuple[str, ...]:
+    """The top-level modules of each distribution ``distribution`` requires at run time that is torch or requires
+    torch itself (a backend's engine, such as DeepSpeed for precision-deepspeed); none for an empty name."""
+    if not distribution:
+        return ()
+    from importlib import metadata
+
+    needs = {d for d in _run_time_requirements(distribution) if d == "torch" or "torch" in _run_time_requirements(d)}
+    return tuple(
+        top
+        for top, dists in sorted(metadata.packages_distributions().items())
+        if top not in HEAVY_MODULES and not top.startswith("_") and any(canonical_dist(d) in needs for d in dists)
+    )
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,7 @@ def heavy_imports(module: str, attribute: str = "", timeout: float = 120.0, dist
     """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # what this interpreter sees
     proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, module, attribute, ",".join(HEAVY_MODULES), distribution],
+        [sys.executable, "-c", _SCRIPT, module, attribute, ",".join(HEAVY_MODULES + torch_built(distribution))],
         env=env,
         capture_output=True,
         text=True,
